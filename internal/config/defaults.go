@@ -1,0 +1,138 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"sort"
+)
+
+// Defaults of the scalar keys. They live here, once, so Default(), the
+// loader and docs/configuration.md have a single source to agree with.
+const (
+	defaultDataDir        = "./data"
+	defaultInstance       = "ankusa" // only when the hostname is unavailable
+	defaultHTTPIP         = "0.0.0.0"
+	defaultHTTPPort       = 4000
+	defaultRouting        = "path"
+	defaultPrefix         = "/webhooks"
+	defaultMaxBodyBytes   = 8_000_000
+	defaultMaxHeaderBytes = 65_536
+	defaultReadTimeoutMs  = 30_000
+	defaultAdminIP        = "127.0.0.1"
+	defaultAdminPort      = 4002
+	defaultLogLevel       = "info"
+	defaultLogFormat      = "text"
+	defaultPartitions     = 2
+	defaultMaxBatch       = 256
+	defaultMaxDelayMs     = 0
+	defaultMaxQueue       = 10_000
+	defaultMaxQueueBytes  = 256 << 20
+	defaultDeadlineMs     = 15_000
+	defaultWALType        = "disk"
+	defaultDedupeScope    = "node"
+	defaultSweepInterval  = 60_000
+	defaultSweepBatch     = 1_000
+	defaultVerifyType     = "none"
+	defaultDedupeTTL      = 259_200
+)
+
+// DefaultPath is the file Load reads when no path is named and
+// ANKUSA_CONFIG is unset.
+const DefaultPath = "./ankusa.yml"
+
+// Default is the configuration used when no file exists: every key at its
+// default and a single "demo" source logging what it receives, so a bare
+// `ankusa` is useful on first run.
+func Default() *Config {
+	c := &Config{
+		Sources: map[string]SourceConfig{
+			"demo": {
+				Verify: VerifyConfig{Type: "none"},
+				Sinks:  []SinkConfig{{ID: "log", Type: "log"}},
+			},
+		},
+	}
+	applyDefaults(c, func(string) bool { return false })
+	return c
+}
+
+// applyDefaults fills every key the operator did not give. given reports
+// whether a dotted key was present (and non-null) in the file; it is asked
+// instead of testing for zero values because 0 and "" can be deliberate
+// (batcher.max_delay_ms: 0, admin.port: 0), and a deliberate out-of-range
+// value should reach Validate rather than be silently replaced.
+func applyDefaults(c *Config, given func(key string) bool) {
+	n := &c.Node
+	if !given("node.instance") {
+		n.Instance = hostname()
+	}
+	def(given, "node.data_dir", &n.DataDir, defaultDataDir)
+	if !given("node.roles") {
+		n.Roles = []string{"ingest", "dispatch"}
+	}
+
+	h := &c.HTTP
+	def(given, "http.ip", &h.IP, defaultHTTPIP)
+	def(given, "http.port", &h.Port, defaultHTTPPort)
+	def(given, "http.routing", &h.Routing, defaultRouting)
+	def(given, "http.prefix", &h.Prefix, defaultPrefix)
+	def(given, "http.max_body_bytes", &h.MaxBodyBytes, defaultMaxBodyBytes)
+	def(given, "http.max_header_bytes", &h.MaxHeaderBytes, defaultMaxHeaderBytes)
+	def(given, "http.read_timeout_ms", &h.ReadTimeoutMs, defaultReadTimeoutMs)
+
+	def(given, "admin.ip", &c.Admin.IP, defaultAdminIP)
+	def(given, "admin.port", &c.Admin.Port, defaultAdminPort)
+
+	def(given, "log.level", &c.Log.Level, defaultLogLevel)
+	def(given, "log.format", &c.Log.Format, defaultLogFormat)
+
+	b := &c.Batcher
+	def(given, "batcher.partitions", &b.Partitions, defaultPartitions)
+	def(given, "batcher.max_batch", &b.MaxBatch, defaultMaxBatch)
+	def(given, "batcher.max_delay_ms", &b.MaxDelayMs, defaultMaxDelayMs)
+	def(given, "batcher.max_queue", &b.MaxQueue, defaultMaxQueue)
+	def(given, "batcher.max_queue_bytes", &b.MaxQueueBytes, defaultMaxQueueBytes)
+	def(given, "batcher.deadline_ms", &b.DeadlineMs, defaultDeadlineMs)
+
+	def(given, "wal.type", &c.WAL.Type, defaultWALType)
+
+	def(given, "dedupe.scope", &c.Dedupe.Scope, defaultDedupeScope)
+	def(given, "dedupe.sweep_interval_ms", &c.Dedupe.SweepIntervalMs, defaultSweepInterval)
+	def(given, "dedupe.sweep_batch", &c.Dedupe.SweepBatch, defaultSweepBatch)
+
+	ids := make([]string, 0, len(c.Sources))
+	for id := range c.Sources {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s := c.Sources[id]
+		p := "sources." + id
+		def(given, p+".verify.type", &s.Verify.Type, defaultVerifyType)
+		if s.Dedupe != nil {
+			def(given, p+".dedupe.ttl_seconds", &s.Dedupe.TTLSeconds, defaultDedupeTTL)
+		}
+		for i := range s.Sinks {
+			k := &s.Sinks[i]
+			def(given, fmt.Sprintf("%s.sinks[%d].id", p, i), &k.ID, k.Type)
+		}
+		c.Sources[id] = s
+	}
+}
+
+// def sets *dst to v unless key was given.
+func def[T any](given func(string) bool, key string, dst *T, v T) {
+	if !given(key) {
+		*dst = v
+	}
+}
+
+// hostname names the instance after the machine, which is what an operator
+// reading logs from several nodes expects to see.
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return defaultInstance
+	}
+	return h
+}

@@ -1,0 +1,120 @@
+// Package config loads, validates and redacts Ankusa's YAML configuration.
+//
+// The shape of Config mirrors the YAML one to one: every yaml tag is a key an
+// operator can write, and every key has a default (defaults.go) and a rule
+// (validate.go). Unknown keys are refused by the loader.
+package config
+
+// Config is the whole effective configuration of one instance.
+type Config struct {
+	Node    NodeConfig              `yaml:"node" json:"node"`
+	HTTP    HTTPConfig              `yaml:"http" json:"http"`
+	Admin   AdminConfig             `yaml:"admin" json:"admin"`
+	Log     LogConfig               `yaml:"log" json:"log"`
+	Batcher BatcherConfig           `yaml:"batcher" json:"batcher"`
+	WAL     WALConfig               `yaml:"wal" json:"wal"`
+	Dedupe  DedupeConfig            `yaml:"dedupe" json:"dedupe"`
+	Sources map[string]SourceConfig `yaml:"sources" json:"sources"`
+}
+
+// NodeConfig identifies the instance and where it keeps its data.
+type NodeConfig struct {
+	// Instance names this node in logs, /health and /v1/wal. Default: the hostname.
+	Instance string `yaml:"instance" json:"instance"`
+	// DataDir holds the store (<data_dir>/store). Default "./data".
+	DataDir string `yaml:"data_dir" json:"data_dir"`
+	// Roles this node plays. Default ["ingest", "dispatch"].
+	Roles []string `yaml:"roles" json:"roles"`
+}
+
+// HTTPConfig is the ingest listener that providers talk to.
+type HTTPConfig struct {
+	IP   string `yaml:"ip" json:"ip"`     // default "0.0.0.0"
+	Port int    `yaml:"port" json:"port"` // default 4000, 1..65535 (0 = pick a free port, tests only)
+	// Routing is "path" (POST {prefix}/{source}) or "tenant_path"
+	// (POST {prefix}/{tenant}/{source}). Default "path".
+	Routing string `yaml:"routing" json:"routing"`
+	// Prefix of the ingest routes. Default "/webhooks"; must start with "/" and not end with "/".
+	Prefix string `yaml:"prefix" json:"prefix"`
+	// MaxBodyBytes bounds a hook's body. Default 8_000_000, 1..100_000_000.
+	MaxBodyBytes int64 `yaml:"max_body_bytes" json:"max_body_bytes"`
+	// MaxHeaderBytes bounds the request headers. Default 65_536, 1_024..1_048_576.
+	MaxHeaderBytes int `yaml:"max_header_bytes" json:"max_header_bytes"`
+	// ReadTimeoutMs bounds reading one request. Default 30_000, 100..600_000.
+	ReadTimeoutMs int `yaml:"read_timeout_ms" json:"read_timeout_ms"`
+}
+
+// AdminConfig is the operator API listener.
+type AdminConfig struct {
+	IP   string `yaml:"ip" json:"ip"`     // default "127.0.0.1"
+	Port int    `yaml:"port" json:"port"` // default 4002, 0..65535 (0 = pick a free port)
+}
+
+// LogConfig controls log/slog output.
+type LogConfig struct {
+	Level  string `yaml:"level" json:"level"`   // debug|info|warn|error, default info
+	Format string `yaml:"format" json:"format"` // text|json, default text
+}
+
+// BatcherConfig bounds the queue in front of the writer (group commit).
+type BatcherConfig struct {
+	Partitions    int   `yaml:"partitions" json:"partitions"`           // default 2, 1..64
+	MaxBatch      int   `yaml:"max_batch" json:"max_batch"`             // default 256, 1..10_000
+	MaxDelayMs    int   `yaml:"max_delay_ms" json:"max_delay_ms"`       // default 0, 0..1_000
+	MaxQueue      int   `yaml:"max_queue" json:"max_queue"`             // default 10_000, 1..1_000_000 (records, whole batcher)
+	MaxQueueBytes int64 `yaml:"max_queue_bytes" json:"max_queue_bytes"` // default 256 MiB, 1 MiB..16 GiB
+	// DeadlineMs is how long a record may wait to start committing. Default 15_000, 100..120_000.
+	DeadlineMs int `yaml:"deadline_ms" json:"deadline_ms"`
+}
+
+// WALConfig chooses what a 2xx means.
+type WALConfig struct {
+	// Type: "disk" (default; fsynced in the local store). "dual" and "none"
+	// are refused until they ship.
+	Type string `yaml:"type" json:"type"`
+}
+
+// DedupeConfig holds the node-wide dedupe settings.
+type DedupeConfig struct {
+	Scope string `yaml:"scope" json:"scope"` // "node" (default); "fleet" refused until it ships
+	// SweepIntervalMs is how often expired dedupe keys are swept. Default 60_000, 1_000..3_600_000.
+	SweepIntervalMs int `yaml:"sweep_interval_ms" json:"sweep_interval_ms"`
+	// SweepBatch bounds one sweep pass. Default 1_000, 1..100_000.
+	SweepBatch int `yaml:"sweep_batch" json:"sweep_batch"`
+}
+
+// SourceConfig is one catch URL.
+type SourceConfig struct {
+	// Tenant is used when the URL names none. Default "" (then "default").
+	Tenant string        `yaml:"tenant" json:"tenant"`
+	Verify VerifyConfig  `yaml:"verify" json:"verify"`
+	Dedupe *SourceDedupe `yaml:"dedupe" json:"dedupe,omitempty"`
+	// Sinks: at least one.
+	Sinks []SinkConfig `yaml:"sinks" json:"sinks"`
+}
+
+// VerifyConfig is the signature scheme of a source. Only "none" exists until
+// verification ships; Secret is kept here so redaction is exercised.
+type VerifyConfig struct {
+	Type   string   `yaml:"type" json:"type"` // default "none"
+	Secret []string `yaml:"secret" json:"secret,omitempty"`
+}
+
+// SourceDedupe says where a source's dedupe key comes from: exactly one of
+// Preset, Header, JSON.
+type SourceDedupe struct {
+	// Preset: github | standard_webhooks | svix | shopify | stripe.
+	Preset string `yaml:"preset" json:"preset,omitempty"`
+	Header string `yaml:"header" json:"header,omitempty"`
+	JSON   string `yaml:"json" json:"json,omitempty"` // dotted path, e.g. "data.id"
+	// TTLSeconds: default 259_200 (72 h), 1..31_536_000.
+	TTLSeconds int `yaml:"ttl_seconds" json:"ttl_seconds"`
+}
+
+// SinkConfig is one delivery target of a source.
+type SinkConfig struct {
+	// ID is unique within the source, [a-z0-9_-]{1,32}. Default: the type.
+	ID string `yaml:"id" json:"id"`
+	// Type: "log" for now.
+	Type string `yaml:"type" json:"type"`
+}

@@ -1,0 +1,264 @@
+package config_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/ankusa/ankusa/internal/config"
+)
+
+// withDedupe returns Default() whose demo source dedupes on a header, so
+// the per-source dedupe keys exist.
+func withDedupe() *config.Config {
+	c := config.Default()
+	s := c.Sources["demo"]
+	s.Dedupe = &config.SourceDedupe{Header: "X-Id", TTLSeconds: 3600}
+	c.Sources["demo"] = s
+	return c
+}
+
+func TestNumericRanges(t *testing.T) {
+	tests := []struct {
+		key    string
+		lo, hi int64
+		set    func(c *config.Config, v int64)
+	}{
+		{"http.port", 0, 65535, func(c *config.Config, v int64) { c.HTTP.Port = int(v) }},
+		{"http.max_body_bytes", 1, 100_000_000, func(c *config.Config, v int64) { c.HTTP.MaxBodyBytes = v }},
+		{"http.max_header_bytes", 1_024, 1_048_576, func(c *config.Config, v int64) { c.HTTP.MaxHeaderBytes = int(v) }},
+		{"http.read_timeout_ms", 100, 600_000, func(c *config.Config, v int64) { c.HTTP.ReadTimeoutMs = int(v) }},
+		{"admin.port", 0, 65535, func(c *config.Config, v int64) { c.Admin.Port = int(v) }},
+		{"batcher.partitions", 1, 64, func(c *config.Config, v int64) { c.Batcher.Partitions = int(v) }},
+		{"batcher.max_batch", 1, 10_000, func(c *config.Config, v int64) { c.Batcher.MaxBatch = int(v) }},
+		{"batcher.max_delay_ms", 0, 1_000, func(c *config.Config, v int64) { c.Batcher.MaxDelayMs = int(v) }},
+		{"batcher.max_queue", 1, 1_000_000, func(c *config.Config, v int64) { c.Batcher.MaxQueue = int(v) }},
+		{"batcher.max_queue_bytes", 1 << 20, 16 << 30, func(c *config.Config, v int64) { c.Batcher.MaxQueueBytes = v }},
+		{"batcher.deadline_ms", 100, 120_000, func(c *config.Config, v int64) { c.Batcher.DeadlineMs = int(v) }},
+		{"dedupe.sweep_interval_ms", 1_000, 3_600_000, func(c *config.Config, v int64) { c.Dedupe.SweepIntervalMs = int(v) }},
+		{"dedupe.sweep_batch", 1, 100_000, func(c *config.Config, v int64) { c.Dedupe.SweepBatch = int(v) }},
+		{"sources.demo.dedupe.ttl_seconds", 1, 31_536_000, func(c *config.Config, v int64) { c.Sources["demo"].Dedupe.TTLSeconds = int(v) }},
+	}
+	for _, tt := range tests {
+		for _, v := range []int64{tt.lo - 1, tt.hi + 1} {
+			t.Run(fmt.Sprintf("%s=%d", tt.key, v), func(t *testing.T) {
+				c := withDedupe()
+				tt.set(c, v)
+				want := fmt.Sprintf("must be between %d and %d, got %d", tt.lo, tt.hi, v)
+				wantViolation(t, c.Validate(), tt.key, want)
+			})
+		}
+		// The bounds themselves are legal (cross-key rules aside).
+		for _, v := range []int64{tt.lo, tt.hi} {
+			t.Run(fmt.Sprintf("%s=%d ok", tt.key, v), func(t *testing.T) {
+				c := withDedupe()
+				tt.set(c, v)
+				if err := c.Validate(); err != nil {
+					for _, e := range asErrors(t, err) {
+						if e.Key == tt.key && strings.HasPrefix(e.Rule, "must be between") {
+							t.Fatalf("bound rejected: %v", e)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestSecretCount(t *testing.T) {
+	c := config.Default()
+	s := c.Sources["demo"]
+	s.Verify.Secret = []string{"1", "2", "3", "4", "5", "6", "7", "8"}
+	c.Sources["demo"] = s
+	if err := c.Validate(); err != nil {
+		t.Fatalf("8 secrets refused: %v", err)
+	}
+	s.Verify.Secret = append(s.Verify.Secret, "9")
+	c.Sources["demo"] = s
+	wantViolation(t, c.Validate(), "sources.demo.verify.secret", "must have at most 8 entries, got 9")
+}
+
+func TestRules(t *testing.T) {
+	src := func(c *config.Config, f func(s *config.SourceConfig)) {
+		s := c.Sources["demo"]
+		f(&s)
+		c.Sources["demo"] = s
+	}
+	tests := []struct {
+		name string
+		mod  func(c *config.Config)
+		key  string
+		rule string // "" means the config must be valid
+	}{
+		{"routing tenant_path", func(c *config.Config) { c.HTTP.Routing = "tenant_path" }, "", ""},
+		{"routing bad", func(c *config.Config) { c.HTTP.Routing = "host" }, "http.routing", `must be one of path|tenant_path, got "host"`},
+		{"log level debug", func(c *config.Config) { c.Log.Level = "debug" }, "", ""},
+		{"log level bad", func(c *config.Config) { c.Log.Level = "trace" }, "log.level", `must be one of debug|info|warn|error, got "trace"`},
+		{"log format json", func(c *config.Config) { c.Log.Format = "json" }, "", ""},
+		{"log format bad", func(c *config.Config) { c.Log.Format = "xml" }, "log.format", `got "xml"`},
+		{"log level empty", func(c *config.Config) { c.Log.Level = "" }, "log.level", "must be set (one of debug|info|warn|error)"},
+		{"wal dual", func(c *config.Config) { c.WAL.Type = "dual" }, "wal.type", `"dual" is not available yet (supported: disk)`},
+		{"wal none", func(c *config.Config) { c.WAL.Type = "none" }, "wal.type", `"none" is not available yet (supported: disk)`},
+		{"wal typo", func(c *config.Config) { c.WAL.Type = "dsk" }, "wal.type", `must be one of disk, got "dsk"`},
+		{"dedupe fleet", func(c *config.Config) { c.Dedupe.Scope = "fleet" }, "dedupe.scope", `"fleet" is not available yet (supported: node)`},
+		{"verify hmac", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Verify.Type = "hmac" }) }, "sources.demo.verify.type", `must be one of none, got "hmac"`},
+		{"sink type", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Sinks[0].Type = "http" }) }, "sources.demo.sinks[0].type", `must be one of log, got "http"`},
+		{"role bad", func(c *config.Config) { c.Node.Roles = []string{"ingest", "relay"} }, "node.roles[1]", `got "relay"`},
+		{"role duplicate", func(c *config.Config) { c.Node.Roles = []string{"ingest", "ingest"} }, "node.roles[1]", `duplicate role "ingest"`},
+		{"roles empty", func(c *config.Config) { c.Node.Roles = nil }, "node.roles", "at least one role"},
+		{"instance empty", func(c *config.Config) { c.Node.Instance = "" }, "node.instance", "must not be empty"},
+		{"data dir empty", func(c *config.Config) { c.Node.DataDir = "" }, "node.data_dir", "must not be empty"},
+		{"http ip bad", func(c *config.Config) { c.HTTP.IP = "localhost" }, "http.ip", `must be an IP address, got "localhost"`},
+		{"admin ip bad", func(c *config.Config) { c.Admin.IP = "" }, "admin.ip", "must be an IP address"},
+		{"prefix no slash", func(c *config.Config) { c.HTTP.Prefix = "hooks" }, "http.prefix", `must start with "/"`},
+		{"prefix trailing slash", func(c *config.Config) { c.HTTP.Prefix = "/hooks/" }, "http.prefix", `must not end with "/"`},
+		{"prefix root", func(c *config.Config) { c.HTTP.Prefix = "/" }, "http.prefix", `must not end with "/"`},
+		{"prefix nested", func(c *config.Config) { c.HTTP.Prefix = "/a/b" }, "", ""},
+		{"source id bad", func(c *config.Config) { c.Sources["a b"] = c.Sources["demo"] }, "sources.a b", "source id must match"},
+		{"source id too long", func(c *config.Config) { c.Sources[strings.Repeat("a", 65)] = c.Sources["demo"] }, "sources." + strings.Repeat("a", 65), "source id must match"},
+		{"source id 64", func(c *config.Config) { c.Sources[strings.Repeat("A", 64)] = c.Sources["demo"] }, "", ""},
+		{"tenant ok", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Tenant = "Acme_1" }) }, "", ""},
+		{"tenant bad", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Tenant = "acme/1" }) }, "sources.demo.tenant", "must match"},
+		{"no sources", func(c *config.Config) { c.Sources = nil }, "sources", "at least one source is required"},
+		{"no sinks", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Sinks = nil }) }, "sources.demo.sinks", "at least one sink is required"},
+		{"sink id bad", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Sinks[0].ID = "Log" }) }, "sources.demo.sinks[0].id", `must match [a-z0-9_-]{1,32}, got "Log"`},
+		{"sink id duplicate", func(c *config.Config) {
+			src(c, func(s *config.SourceConfig) { s.Sinks = append(s.Sinks, config.SinkConfig{ID: "log", Type: "log"}) })
+		}, "sources.demo.sinks[1].id", `duplicate sink id "log"`},
+		{"two sinks distinct", func(c *config.Config) {
+			src(c, func(s *config.SourceConfig) { s.Sinks = append(s.Sinks, config.SinkConfig{ID: "audit", Type: "log"}) })
+		}, "", ""},
+		{"dedupe none", func(c *config.Config) {
+			src(c, func(s *config.SourceConfig) { s.Dedupe = &config.SourceDedupe{TTLSeconds: 60} })
+		}, "sources.demo.dedupe", "exactly one of preset, header, json is required, got none"},
+		{"dedupe two", func(c *config.Config) {
+			src(c, func(s *config.SourceConfig) {
+				s.Dedupe = &config.SourceDedupe{Preset: "github", JSON: "id", TTLSeconds: 60}
+			})
+		}, "sources.demo.dedupe", "got preset and json"},
+		{"dedupe preset ok", func(c *config.Config) {
+			src(c, func(s *config.SourceConfig) {
+				s.Dedupe = &config.SourceDedupe{Preset: "standard_webhooks", TTLSeconds: 60}
+			})
+		}, "", ""},
+		{"dedupe preset bad", func(c *config.Config) {
+			src(c, func(s *config.SourceConfig) { s.Dedupe = &config.SourceDedupe{Preset: "gitlab", TTLSeconds: 60} })
+		}, "sources.demo.dedupe.preset", `must be one of github|standard_webhooks|svix|shopify|stripe, got "gitlab"`},
+		{"dedupe header bad", func(c *config.Config) {
+			src(c, func(s *config.SourceConfig) { s.Dedupe = &config.SourceDedupe{Header: "X Id", TTLSeconds: 60} })
+		}, "sources.demo.dedupe.header", "must be an HTTP header name"},
+		{"dedupe json ok", func(c *config.Config) {
+			src(c, func(s *config.SourceConfig) { s.Dedupe = &config.SourceDedupe{JSON: "data.id", TTLSeconds: 60} })
+		}, "", ""},
+		{"dedupe json bad", func(c *config.Config) {
+			src(c, func(s *config.SourceConfig) { s.Dedupe = &config.SourceDedupe{JSON: "data..id", TTLSeconds: 60} })
+		}, "sources.demo.dedupe.json", "must be a dotted path"},
+		{"empty secret", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Verify.Secret = []string{""} }) }, "sources.demo.verify.secret[0]", "must not be empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := config.Default()
+			tt.mod(c)
+			err := c.Validate()
+			if tt.rule == "" {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			wantViolation(t, err, tt.key, tt.rule)
+		})
+	}
+}
+
+func TestCrossKeyRules(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(c *config.Config)
+		key  string
+		rule string
+	}{
+		{"same port same ip", func(c *config.Config) {
+			c.HTTP.IP, c.Admin.IP, c.HTTP.Port, c.Admin.Port = "127.0.0.1", "127.0.0.1", 4000, 4000
+		},
+			"admin.port", "must differ from http.port (4000)"},
+		{"same port wildcard", func(c *config.Config) { c.Admin.Port = 4000 }, // 0.0.0.0 covers 127.0.0.1
+			"admin.port", "must differ from http.port (4000)"},
+		{"same port v6 wildcard", func(c *config.Config) { c.HTTP.IP, c.Admin.Port = "::", 4000 },
+			"admin.port", "must differ from http.port"},
+		{"same port different ip", func(c *config.Config) { c.HTTP.IP, c.Admin.Port = "10.0.0.1", 4000 }, "", ""},
+		{"both zero", func(c *config.Config) { c.HTTP.Port, c.Admin.Port = 0, 0 }, "", ""},
+		{"batch over queue", func(c *config.Config) { c.Batcher.MaxBatch, c.Batcher.MaxQueue = 500, 100 },
+			"batcher.max_batch", "must be at most batcher.max_queue (100), got 500"},
+		{"batch equals queue", func(c *config.Config) { c.Batcher.MaxBatch, c.Batcher.MaxQueue = 100, 100 }, "", ""},
+		{"queue bytes under body", func(c *config.Config) { c.Batcher.MaxQueueBytes, c.HTTP.MaxBodyBytes = 2<<20, 3<<20 },
+			"batcher.max_queue_bytes", "must be at least http.max_body_bytes (3145728), got 2097152"},
+		{"queue bytes equals body", func(c *config.Config) { c.Batcher.MaxQueueBytes, c.HTTP.MaxBodyBytes = 2<<20, 2<<20 }, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := config.Default()
+			tt.mod(c)
+			err := c.Validate()
+			if tt.rule == "" {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			wantViolation(t, err, tt.key, tt.rule)
+		})
+	}
+}
+
+// A cross-key rule stays quiet when one side already failed its own rule.
+func TestCrossKeyQuietWhenSideInvalid(t *testing.T) {
+	c := config.Default()
+	c.Batcher.MaxQueue = 0
+	errs := asErrors(t, c.Validate())
+	if len(errs) != 1 || errs[0].Key != "batcher.max_queue" {
+		t.Fatalf("want only the range error, got %v", errs)
+	}
+}
+
+func TestAllViolationsInOnePass(t *testing.T) {
+	yml := `
+http: {port: 70000, routing: host, prefix: "hooks/"}
+log: {level: loud}
+wal: {type: dual}
+batcher: {partitions: 0}
+sources:
+  demo:
+    sinks: []
+  "bad id!":
+    verify: {type: hmac}
+    sinks: [{type: log}, {type: log}]
+`
+	_, err := config.LoadBytes([]byte(yml), noEnv)
+	errs := asErrors(t, err)
+	want := []string{
+		"http.port", "http.routing", "http.prefix", "log.level", "batcher.partitions", "wal.type",
+		"sources.bad id!", "sources.bad id!.verify.type", "sources.bad id!.sinks[1].id", "sources.demo.sinks",
+	}
+	for _, k := range want {
+		if findKey(errs, k) == nil {
+			t.Errorf("missing violation for %q", k)
+		}
+	}
+	if len(errs) != len(want) {
+		t.Errorf("got %d violations, want %d: %v", len(errs), len(want), err)
+	}
+	if !strings.Contains(err.Error(), "; ") {
+		t.Errorf("violations not joined with \"; \": %q", err)
+	}
+}
+
+func TestErrorFormat(t *testing.T) {
+	errs := config.Errors{
+		{Key: "a.b", Rule: "must be between 1 and 64, got 0"},
+		{Key: "c", Rule: "unknown key"},
+	}
+	if got, want := errs.Error(), "a.b: must be between 1 and 64, got 0; c: unknown key"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}

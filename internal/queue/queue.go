@@ -1,0 +1,284 @@
+// Package queue is the commit path of a hook: the batcher in front, the one
+// writer goroutine that assigns seqs and applies groups, and the syncer whose
+// WAL fsync releases the callers.
+//
+// The ack protocol, enforced across batcher.go, writer.go and syncer.go:
+//
+//  1. A caller gets a success only from an fsync that started after the
+//     group holding its record was applied. Pebble makes an applied batch
+//     visible before it is durable, so "I can read it" never means "it is
+//     safe"; durable_seq (Syncer.Durable) is the only truth.
+//  2. The dedupe rows ride in the same batch as the hook, so a dedupe hit
+//     can never name a hook that is not in the store.
+//  3. A duplicate answer waits for the fsync that covers the original, so
+//     the duplicate of a hook still in flight is never answered first.
+//  4. Seqs are dense, assigned only by the writer, never reused: a group
+//     that is undone after a failed fsync keeps its seqs consumed, and
+//     m:next_seq rides in every batch and in the cleanup.
+//  5. After a failed fsync nothing more is acked until the groups no
+//     successful fsync covered are deleted by a synced write on a reopened
+//     DB (fence.go). Readers that act on rows (dispatch) read only at or
+//     below durable_seq.
+package queue
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// Refusals a caller can get instead of a success. The edge maps them to
+// 503 bodies; none of them means the hook was stored.
+var (
+	// ErrOverload: the batcher is full, or the record waited past its
+	// deadline to start committing.
+	ErrOverload = errors.New("queue: overload")
+	// ErrStoreUnavailable: the store failed to make the record durable (a
+	// failed write or fsync, or the fence that follows one).
+	ErrStoreUnavailable = errors.New("queue: store unavailable")
+	// ErrClosed: the queue is shutting down.
+	ErrClosed = errors.New("queue: closed")
+)
+
+// SinkRef is one delivery obligation of a record.
+type SinkRef struct {
+	Num uint16
+	ID  string
+}
+
+// Record is one hook on its way into the store.
+type Record struct {
+	ReceivedAt  time.Time
+	Tenant      string
+	Source      string
+	ContentType string
+	Headers     []store.Header
+	Body        []byte
+	// DedupeKey is empty when the source has no dedupe; DedupeTTL is then unused.
+	DedupeKey string
+	DedupeTTL time.Duration
+	Flagged   bool
+	Sinks     []SinkRef
+}
+
+// size is what a record costs the batcher's byte bound.
+func (r *Record) size() int64 {
+	n := int64(len(r.Body) + len(r.ContentType) + len(r.DedupeKey) + 64)
+	for _, h := range r.Headers {
+		n += int64(len(h.Name) + len(h.Value))
+	}
+	return n
+}
+
+// Result is a success: the record (or the original it duplicates) is durable.
+type Result struct {
+	ID        [16]byte
+	Seq       uint64
+	Duplicate bool
+}
+
+// Observer receives the commit path's measurements. Every method must be
+// cheap and must not block: it runs on the writer or syncer goroutine.
+type Observer interface {
+	Group(records, written int, apply time.Duration)
+	Sync(d time.Duration, err error)
+	Refused(reason string)
+}
+
+// NopObserver ignores everything.
+type NopObserver struct{}
+
+func (NopObserver) Group(int, int, time.Duration) {}
+func (NopObserver) Sync(time.Duration, error)     {}
+func (NopObserver) Refused(string)                {}
+
+// Options configure a Queue (batcher.* config keys).
+type Options struct {
+	Partitions    int
+	MaxBatch      int
+	MaxDelay      time.Duration
+	MaxQueue      int
+	MaxQueueBytes int64
+	// Deadline is how long a record may wait to start committing.
+	Deadline time.Duration
+	// SweepInterval and SweepBatch bound the expired-dedupe sweep; a zero
+	// interval turns the background sweep off (tests call Sweep directly).
+	SweepInterval time.Duration
+	SweepBatch    int
+	// FenceRetry is how long the fence waits between cleanup attempts.
+	FenceRetry time.Duration
+
+	Observer Observer
+	// Logger for the writer and fence; nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// OnFatal is called when the store cannot be reopened after a failure:
+	// the node must stop so that its supervisor restarts it. Nil panics.
+	OnFatal func(error)
+}
+
+func (o *Options) fill() {
+	if o.Partitions <= 0 {
+		o.Partitions = 2
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 256
+	}
+	if o.MaxQueue <= 0 {
+		o.MaxQueue = 10_000
+	}
+	if o.MaxQueueBytes <= 0 {
+		o.MaxQueueBytes = 256 << 20
+	}
+	if o.Deadline <= 0 {
+		o.Deadline = 15 * time.Second
+	}
+	if o.SweepBatch <= 0 {
+		o.SweepBatch = 1000
+	}
+	if o.FenceRetry <= 0 {
+		o.FenceRetry = 500 * time.Millisecond
+	}
+	if o.Observer == nil {
+		o.Observer = NopObserver{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.OnFatal == nil {
+		o.OnFatal = func(err error) { panic(err) }
+	}
+}
+
+// Queue is the commit path of one store.
+type Queue struct {
+	opts    Options
+	st      *store.Store
+	batcher *batcher
+	writer  *writer
+	syncer  *syncer
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New builds a queue over st; it recovers next_seq and the counts from the
+// store. Start must be called before Submit.
+func New(st *store.Store, opts Options) (*Queue, error) {
+	opts.fill()
+	q := &Queue{opts: opts, st: st}
+	q.batcher = newBatcher(&q.opts)
+	q.syncer = newSyncer(st, &q.opts, q.batcher)
+	w, err := newWriter(st, &q.opts, q.batcher, q.syncer)
+	if err != nil {
+		return nil, err
+	}
+	q.writer = w
+	return q, nil
+}
+
+// Start runs the writer and syncer goroutines until Close.
+func (q *Queue) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	q.cancel = cancel
+	q.done = make(chan struct{})
+	syncDone := make(chan struct{})
+	go func() { defer close(syncDone); q.syncer.run() }()
+	go func() {
+		defer close(q.done)
+		q.writer.run(ctx)
+		// The syncer outlives the writer so that the last groups handed to
+		// it are synced and answered rather than dropped.
+		q.syncer.stop()
+		<-syncDone
+	}()
+}
+
+// Submit queues rec and blocks until it is durable or refused. If ctx ends
+// first Submit returns ctx.Err(); the record may still be committed (the
+// caller simply never learns it), exactly as when a client disconnects.
+func (q *Queue) Submit(ctx context.Context, rec *Record) (Result, error) {
+	it, err := q.batcher.add(rec, q.writer.fenced.Load())
+	if err != nil {
+		q.opts.Observer.Refused(refusalReason(err))
+		return Result{}, err
+	}
+	select {
+	case r := <-it.reply:
+		return r.res, r.err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+
+func refusalReason(err error) string {
+	switch {
+	case errors.Is(err, ErrOverload):
+		return "overload"
+	case errors.Is(err, ErrStoreUnavailable):
+		return "store_unavailable"
+	default:
+		return "closed"
+	}
+}
+
+// Durable is the highest seq covered by a successful fsync.
+func (q *Queue) Durable() uint64 { return q.syncer.durable.Load() }
+
+// Stats is a consistent-enough view for /v1/wal and gauges.
+type Stats struct {
+	NextSeq    uint64
+	DurableSeq uint64
+	Hooks      uint64
+	Deliveries uint64
+	Queued     int64
+	Fenced     bool
+	// Fences counts failures that were fenced and cleaned up.
+	Fences uint64
+}
+
+// Stats reports the writer's counters.
+func (q *Queue) Stats() Stats {
+	return Stats{
+		NextSeq:    q.writer.nextSeqPublic.Load(),
+		DurableSeq: q.syncer.durable.Load(),
+		Hooks:      q.writer.hooks.Load(),
+		Deliveries: q.writer.deliveries.Load(),
+		Queued:     q.batcher.records.Load(),
+		Fenced:     q.writer.fenced.Load(),
+		Fences:     q.writer.fences.Load(),
+	}
+}
+
+// LastFailure is when the store last failed a write or fsync (zero if never).
+func (q *Queue) LastFailure() time.Time {
+	if ns := q.writer.lastFailure.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// Sweep runs one expired-dedupe pass on the writer goroutine and returns
+// how many keys it removed.
+func (q *Queue) Sweep(ctx context.Context) (int, error) {
+	return q.writer.requestSweep(ctx)
+}
+
+// Close stops accepting work, answers everything still queued with
+// ErrClosed, and waits for the goroutines. Records already handed to the
+// syncer are synced and answered first, so a clean stop acks what it can.
+func (q *Queue) Close() {
+	if q.cancel == nil {
+		return
+	}
+	q.batcher.close()
+	q.cancel()
+	<-q.done
+}

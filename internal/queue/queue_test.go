@@ -1,0 +1,354 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+var sinks = []queue.SinkRef{{Num: 0, ID: "log"}}
+
+func rec(body, dedupe string) *queue.Record {
+	r := &queue.Record{
+		ReceivedAt: time.Now(), Tenant: "default", Source: "demo",
+		ContentType: "application/json", Body: []byte(body), Sinks: sinks,
+	}
+	if dedupe != "" {
+		r.DedupeKey, r.DedupeTTL = dedupe, time.Hour
+	}
+	return r
+}
+
+// groupSignal tells a test when the writer has applied a group.
+type groupSignal struct {
+	queue.NopObserver
+	applied chan int
+}
+
+func newGroupSignal() *groupSignal { return &groupSignal{applied: make(chan int, 1024)} }
+
+func (g *groupSignal) Group(records, written int, _ time.Duration) { g.applied <- written }
+
+func (g *groupSignal) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case n := <-g.applied:
+		return n
+	case <-time.After(10 * time.Second):
+		t.Fatal("no group applied")
+		return 0
+	}
+}
+
+type submitted struct {
+	res queue.Result
+	err error
+}
+
+func submitAsync(q *queue.Queue, r *queue.Record) chan submitted {
+	ch := make(chan submitted, 1)
+	go func() {
+		res, err := q.Submit(context.Background(), r)
+		ch <- submitted{res, err}
+	}()
+	return ch
+}
+
+func notYet(t *testing.T, ch chan submitted, what string) {
+	t.Helper()
+	select {
+	case s := <-ch:
+		t.Fatalf("%s: answered before its fsync returned: %+v", what, s)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+func answer(t *testing.T, ch chan submitted) submitted {
+	t.Helper()
+	select {
+	case s := <-ch:
+		return s
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer")
+		return submitted{}
+	}
+}
+
+func hookPresent(t *testing.T, st *store.Store, id [16]byte) bool {
+	t.Helper()
+	v, err := st.Get(store.HookIDKey(id))
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	return v != nil
+}
+
+func TestQueue_AckOnlyAfterFsync(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	sig := newGroupSignal()
+	q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+
+	gate.Hold()
+	ch := submitAsync(q, rec(`{"a":1}`, ""))
+	sig.wait(t)
+	release := gate.Held(t)
+	// Applied, visible to readers, not durable: the caller must still wait.
+	if got := q.Stats().NextSeq; got != 2 {
+		t.Fatalf("next seq after one record = %d, want 2", got)
+	}
+	if q.Durable() != 0 {
+		t.Fatalf("durable seq before the fsync returned = %d, want 0", q.Durable())
+	}
+	notYet(t, ch, "record")
+	gate.Open()
+	close(release)
+	s := answer(t, ch)
+	if s.err != nil || s.res.Seq != 1 || s.res.Duplicate {
+		t.Fatalf("answer = %+v, want seq 1 accepted", s)
+	}
+	if q.Durable() < 1 {
+		t.Fatalf("durable seq after ack = %d", q.Durable())
+	}
+}
+
+func TestQueue_NextGroupAppliedWhileSyncing(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	sig := newGroupSignal()
+	q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+
+	gate.Hold()
+	first := submitAsync(q, rec("one", ""))
+	sig.wait(t)
+	release := gate.Held(t)
+	second := submitAsync(q, rec("two", ""))
+	// The writer applies group 2 while fsync 1 is held: the fsync is off the
+	// writer's critical path.
+	if n := sig.wait(t); n != 1 {
+		t.Fatalf("second group wrote %d records, want 1", n)
+	}
+	notYet(t, second, "second record")
+	gate.Open()
+	close(release)
+	a, b := answer(t, first), answer(t, second)
+	if a.err != nil || b.err != nil {
+		t.Fatalf("errors: %v, %v", a.err, b.err)
+	}
+	if a.res.Seq != 1 || b.res.Seq != 2 {
+		t.Fatalf("seqs = %d, %d; want dense 1, 2", a.res.Seq, b.res.Seq)
+	}
+}
+
+func TestQueue_Dedupe(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, q *queue.Queue)
+	}{
+		{"duplicate names the original and consumes no seq", func(t *testing.T, q *queue.Queue) {
+			a, err := q.Submit(context.Background(), rec("x", "evt_1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := q.Submit(context.Background(), rec("x", "evt_1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !b.Duplicate || b.ID != a.ID || b.Seq != a.Seq {
+				t.Fatalf("duplicate = %+v, original = %+v", b, a)
+			}
+			c, err := q.Submit(context.Background(), rec("y", "evt_2"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Seq != a.Seq+1 {
+				t.Fatalf("next new record seq = %d, want %d (a duplicate consumed a seq)", c.Seq, a.Seq+1)
+			}
+		}},
+		{"concurrent duplicates collapse to one hook", func(t *testing.T, q *queue.Queue) {
+			const n = 50
+			res := make([]queue.Result, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r, err := q.Submit(context.Background(), rec("same", "evt_same"))
+					if err != nil {
+						t.Error(err)
+					}
+					res[i] = r
+				}()
+			}
+			wg.Wait()
+			originals := 0
+			for _, r := range res {
+				if r.ID != res[0].ID {
+					t.Fatalf("two hook ids for one dedupe key: %x, %x", r.ID, res[0].ID)
+				}
+				if !r.Duplicate {
+					originals++
+				}
+			}
+			if originals != 1 {
+				t.Fatalf("%d non-duplicate answers, want exactly 1", originals)
+			}
+			if got := q.Stats().Hooks; got != 1 {
+				t.Fatalf("hooks stored = %d, want 1", got)
+			}
+		}},
+		{"keys are scoped by tenant and source", func(t *testing.T, q *queue.Queue) {
+			a, _ := q.Submit(context.Background(), rec("x", "k"))
+			other := rec("x", "k")
+			other.Tenant = "acme"
+			b, err := q.Submit(context.Background(), other)
+			if err != nil || b.Duplicate || b.ID == a.ID {
+				t.Fatalf("other tenant's key treated as duplicate: %+v %v", b, err)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+			tc.run(t, testutil.StartQueue(t, st, queue.Options{}))
+		})
+	}
+}
+
+func TestQueue_DuplicateWaitsForOriginalsFsync(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	sig := newGroupSignal()
+	q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+
+	gate.Hold()
+	orig := submitAsync(q, rec("x", "evt_9"))
+	sig.wait(t)
+	release := gate.Held(t)
+	dup := submitAsync(q, rec("x", "evt_9"))
+	if n := sig.wait(t); n != 0 {
+		t.Fatalf("duplicate wrote %d records", n)
+	}
+	// The original is visible in the store but not durable: no 201 duplicate yet.
+	notYet(t, dup, "duplicate")
+	gate.Open()
+	close(release)
+	o, d := answer(t, orig), answer(t, dup)
+	if o.err != nil || d.err != nil || !d.res.Duplicate || d.res.ID != o.res.ID {
+		t.Fatalf("original %+v, duplicate %+v", o, d)
+	}
+}
+
+func TestQueue_ExpiredDedupeKeyIsSweptAndReusable(t *testing.T) {
+	now := time.Now()
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{Now: clock, SweepBatch: 2})
+
+	for i := range 5 {
+		r := rec("x", fmt.Sprintf("k%d", i))
+		r.DedupeTTL = time.Second
+		if _, err := q.Submit(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := q.Sweep(context.Background()); err != nil || n != 0 {
+		t.Fatalf("sweep before expiry removed %d (%v)", n, err)
+	}
+	mu.Lock()
+	now = now.Add(2 * time.Second)
+	mu.Unlock()
+	total := 0
+	for pass := 0; pass < 5; pass++ {
+		n, err := q.Sweep(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 2 {
+			t.Fatalf("one pass removed %d keys, bound is 2", n)
+		}
+		total += n
+	}
+	if total != 5 {
+		t.Fatalf("swept %d expiry rows, want 5", total)
+	}
+	left, _ := st.Count([]byte{store.PrefixDedupe})
+	if left != 0 {
+		t.Fatalf("%d dedupe rows left after sweeping", left)
+	}
+	r, err := q.Submit(context.Background(), rec("x", "k0"))
+	if err != nil || r.Duplicate {
+		t.Fatalf("expired key still deduped: %+v %v", r, err)
+	}
+}
+
+func TestQueue_OverloadIsRefusedNotQueued(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	sig := newGroupSignal()
+	q := testutil.StartQueue(t, st, queue.Options{MaxQueue: 3, MaxBatch: 3, Observer: sig})
+
+	gate.Hold()
+	var chans []chan submitted
+	for i := range 3 {
+		chans = append(chans, submitAsync(q, rec(fmt.Sprint(i), "")))
+	}
+	testutil.Eventually(t, 5*time.Second, "three records in the queue", func() bool { return q.Stats().Queued == 3 })
+	if _, err := q.Submit(context.Background(), rec("over", "")); !errors.Is(err, queue.ErrOverload) {
+		t.Fatalf("fourth record: err = %v, want ErrOverload", err)
+	}
+	// The three queued records are still answered once the fsync returns.
+	gate.ReleaseAll()
+	for _, ch := range chans {
+		if s := answer(t, ch); s.err != nil {
+			t.Fatal(s.err)
+		}
+	}
+}
+
+func TestQueue_SeqsSurviveReopen(t *testing.T) {
+	dir := testutil.TempStoreDir(t)
+	var last uint64
+	{
+		st, err := store.Open(store.Options{Dir: dir, Logger: testutil.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := queue.New(st, queue.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Start()
+		for range 10 {
+			r, err := q.Submit(context.Background(), rec("x", ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = r.Seq
+		}
+		q.Close()
+		_ = st.Close()
+	}
+	st := testutil.OpenStore(t, dir, nil)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	r, err := q.Submit(context.Background(), rec("y", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Seq != last+1 {
+		t.Fatalf("seq after reopen = %d, want %d", r.Seq, last+1)
+	}
+	if h := q.Stats().Hooks; h != 11 {
+		t.Fatalf("hooks = %d, want 11", h)
+	}
+}

@@ -1,0 +1,174 @@
+package queue
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// pendingReply is a caller waiting for durable_seq to reach need.
+type pendingReply struct {
+	it   *item
+	res  Result
+	need uint64 // the seq that must be durable: its own, or its original's
+}
+
+// handoff is what the writer gives the syncer after applying a group.
+type handoff struct {
+	replies []pendingReply
+}
+
+// syncer runs the WAL fsyncs. It never applies anything: one fsync covers
+// every group the writer applied before the fsync started, so while it
+// syncs the writer is already applying the next group (DUR-4.b: the fsync
+// is off the writer's critical path).
+type syncer struct {
+	st   *store.Store
+	opts *Options
+
+	// applied is the highest seq the writer has applied; the writer raises it
+	// after a successful apply and before the handoff.
+	applied atomic.Uint64
+	// durable is the highest seq covered by a successful fsync (or by the
+	// fence's synced cleanup). Dispatch and duplicate answers gate on it.
+	durable atomic.Uint64
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	queue    []handoff // REQUIRES: mu held
+	fenced   bool      // REQUIRES: mu held; set by a failed fsync or the writer's fence, cleared by resume
+	syncing  bool      // REQUIRES: mu held; an fsync is in progress
+	stopping bool      // REQUIRES: mu held
+
+	onFail func(error)          // tells the writer to fence; set by newWriter
+	answer func(*item, outcome) // the batcher's answer: replies and frees the room
+}
+
+func newSyncer(st *store.Store, opts *Options, b *batcher) *syncer {
+	s := &syncer{st: st, opts: opts, answer: b.answer}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+// submit queues a group's replies. Called by the writer only.
+func (s *syncer) submit(h handoff) {
+	s.mu.Lock()
+	s.queue = append(s.queue, h)
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
+
+// resume lifts the fence once the writer's synced cleanup landed; every seq
+// up to upto is now either durable or deleted by a synced write.
+func (s *syncer) resume(upto uint64) {
+	s.mu.Lock()
+	// Everything still queued was handed over before the cleanup and may name
+	// rows it deleted: refuse it, never ack it under the new durable mark.
+	stale := s.queue
+	s.queue = nil
+	s.fenced = false
+	s.applied.Store(upto)
+	s.durable.Store(upto)
+	s.mu.Unlock()
+	s.answerAll(stale, ErrStoreUnavailable)
+}
+
+func (s *syncer) stop() {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
+
+func (s *syncer) run() {
+	for {
+		s.mu.Lock()
+		for len(s.queue) == 0 && !s.stopping {
+			s.cond.Wait()
+		}
+		if len(s.queue) == 0 && s.stopping {
+			s.mu.Unlock()
+			return
+		}
+		batch := s.queue
+		s.queue = nil
+		if s.fenced {
+			s.mu.Unlock()
+			s.answerAll(batch, ErrStoreUnavailable)
+			continue
+		}
+		need := uint64(0)
+		for _, h := range batch {
+			for _, r := range h.replies {
+				need = max(need, r.need)
+			}
+		}
+		if need <= s.durable.Load() {
+			// Duplicates of originals that are already durable: no fsync owed.
+			s.mu.Unlock()
+			s.answerAll(batch, nil)
+			continue
+		}
+		// Read applied before the fsync starts: everything up to it was
+		// applied before this fsync, so a successful fsync covers it (rule 1).
+		upto := s.applied.Load()
+		s.syncing = true
+		s.mu.Unlock()
+
+		start := time.Now()
+		err := s.st.SyncWAL()
+		s.opts.Observer.Sync(time.Since(start), err)
+
+		s.mu.Lock()
+		s.syncing = false
+		if err != nil {
+			s.fenced = true
+		} else if upto > s.durable.Load() {
+			// Raised under mu so that enterFence, once it holds mu with no
+			// sync in progress, reads the final value.
+			s.durable.Store(upto)
+		}
+		s.cond.Broadcast()
+		s.mu.Unlock()
+
+		if err != nil {
+			s.answerAll(batch, fmt.Errorf("%w: %v", ErrStoreUnavailable, err))
+			s.onFail(err)
+			continue
+		}
+		s.answerAll(batch, nil)
+	}
+}
+
+func (s *syncer) answerAll(batch []handoff, err error) {
+	d := s.durable.Load()
+	for _, h := range batch {
+		for _, r := range h.replies {
+			switch {
+			case err != nil:
+				s.answer(r.it, outcome{err: err})
+			case r.need <= d:
+				s.answer(r.it, outcome{res: r.res})
+			default:
+				// Unreachable by construction (need ≤ applied ≤ upto); refusing
+				// is the safe answer if it ever happens.
+				s.answer(r.it, outcome{err: fmt.Errorf("%w: seq %d not durable (durable %d)", ErrStoreUnavailable, r.need, d)})
+			}
+		}
+	}
+}
+
+
+// enterFence stops the syncer from starting fsyncs and waits for one in
+// progress to finish, so that durable_seq is final when the writer reads it.
+func (s *syncer) enterFence() {
+	s.mu.Lock()
+	s.fenced = true
+	for s.syncing {
+		s.cond.Wait()
+	}
+	s.mu.Unlock()
+}

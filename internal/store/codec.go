@@ -1,0 +1,281 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// FROZEN FORMAT: each value starts with a version byte; a reader refuses a
+// version it does not know instead of guessing. Add fields by bumping the
+// version and keeping the old decoder.
+const (
+	envelopeV1 byte = 1
+	deliveryV1 byte = 1
+	dedupeV1   byte = 1
+)
+
+// ErrCorrupt is returned for a value that does not decode.
+var ErrCorrupt = errors.New("store: corrupt value")
+
+// Header is one request header kept with a hook, as received.
+type Header struct {
+	Name, Value string
+}
+
+// Envelope is a stored hook: the raw body byte for byte plus what the edge
+// learnt about it.
+type Envelope struct {
+	ID          [16]byte
+	Seq         uint64
+	ReceivedAt  int64 // unix nanoseconds
+	Tenant      string
+	Source      string
+	ContentType string
+	DedupeKey   string
+	Flagged     bool
+	SHA256      [32]byte
+	Headers     []Header
+	Body        []byte
+}
+
+// Delivery states.
+const (
+	StateDue       byte = 1
+	StateInflight  byte = 2
+	StateDelivered byte = 3
+	StateDead      byte = 4
+)
+
+// StateName is the API spelling of a delivery state.
+func StateName(s byte) string {
+	switch s {
+	case StateDue:
+		return "due"
+	case StateInflight:
+		return "inflight"
+	case StateDelivered:
+		return "delivered"
+	case StateDead:
+		return "dead"
+	}
+	return "unknown"
+}
+
+// Delivery is one sink's obligation for one hook.
+type Delivery struct {
+	State     byte
+	Attempts  uint32
+	NextAtMs  int64
+	Size      uint32
+	SinkID    string
+	LastError string
+	ReplayID  string
+}
+
+// DedupeEntry is what a dedupe key points at.
+type DedupeEntry struct {
+	ExpiresAtMs int64
+	ID          [16]byte
+	Seq         uint64
+}
+
+type enc struct{ b []byte }
+
+func (e *enc) u8(v byte)   { e.b = append(e.b, v) }
+func (e *enc) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
+func (e *enc) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
+func (e *enc) bytes(v []byte) {
+	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
+	e.b = append(e.b, v...)
+}
+func (e *enc) str(v string) {
+	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
+	e.b = append(e.b, v...)
+}
+
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) need(n int) bool {
+	if d.err != nil {
+		return false
+	}
+	if len(d.b) < n {
+		d.err = ErrCorrupt
+		return false
+	}
+	return true
+}
+func (d *dec) u8() byte {
+	if !d.need(1) {
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+func (d *dec) u32() uint32 {
+	if !d.need(4) {
+		return 0
+	}
+	v := binary.BigEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+func (d *dec) u64() uint64 {
+	if !d.need(8) {
+		return 0
+	}
+	v := binary.BigEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+func (d *dec) fixed(dst []byte) {
+	if !d.need(len(dst)) {
+		return
+	}
+	copy(dst, d.b)
+	d.b = d.b[len(dst):]
+}
+func (d *dec) bytes() []byte {
+	if d.err != nil {
+		return nil
+	}
+	n, k := binary.Uvarint(d.b)
+	if k <= 0 || uint64(len(d.b)-k) < n {
+		d.err = ErrCorrupt
+		return nil
+	}
+	v := make([]byte, n)
+	copy(v, d.b[k:])
+	d.b = d.b[k+int(n):]
+	return v
+}
+func (d *dec) str() string { return string(d.bytes()) }
+
+func (d *dec) done(what string) error {
+	if d.err == nil && len(d.b) != 0 {
+		d.err = ErrCorrupt
+	}
+	if d.err != nil {
+		return fmt.Errorf("decode %s: %w", what, d.err)
+	}
+	return nil
+}
+
+// EncodeEnvelope encodes a hook for the h family.
+func EncodeEnvelope(v *Envelope) []byte {
+	e := enc{b: make([]byte, 0, 128+len(v.Body))}
+	e.u8(envelopeV1)
+	e.b = append(e.b, v.ID[:]...)
+	e.u64(v.Seq)
+	e.u64(uint64(v.ReceivedAt))
+	e.str(v.Tenant)
+	e.str(v.Source)
+	e.str(v.ContentType)
+	e.str(v.DedupeKey)
+	if v.Flagged {
+		e.u8(1)
+	} else {
+		e.u8(0)
+	}
+	e.b = append(e.b, v.SHA256[:]...)
+	e.u32(uint32(len(v.Headers)))
+	for _, h := range v.Headers {
+		e.str(h.Name)
+		e.str(h.Value)
+	}
+	e.bytes(v.Body)
+	return e.b
+}
+
+// DecodeEnvelope decodes an h value.
+func DecodeEnvelope(b []byte) (*Envelope, error) {
+	d := dec{b: b}
+	if ver := d.u8(); d.err == nil && ver != envelopeV1 {
+		return nil, fmt.Errorf("decode envelope: unknown version %d: %w", ver, ErrCorrupt)
+	}
+	v := &Envelope{}
+	d.fixed(v.ID[:])
+	v.Seq = d.u64()
+	v.ReceivedAt = int64(d.u64())
+	v.Tenant = d.str()
+	v.Source = d.str()
+	v.ContentType = d.str()
+	v.DedupeKey = d.str()
+	v.Flagged = d.u8() == 1
+	d.fixed(v.SHA256[:])
+	n := d.u32()
+	if d.err == nil && uint64(n) > uint64(len(d.b)) { // each header takes ≥ 2 bytes
+		d.err = ErrCorrupt
+	}
+	if d.err == nil && n > 0 {
+		v.Headers = make([]Header, n)
+		for i := range v.Headers {
+			v.Headers[i] = Header{Name: d.str(), Value: d.str()}
+		}
+	}
+	v.Body = d.bytes()
+	if err := d.done("envelope"); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// EncodeDelivery encodes a d value.
+func EncodeDelivery(v *Delivery) []byte {
+	e := enc{b: make([]byte, 0, 32+len(v.SinkID)+len(v.LastError))}
+	e.u8(deliveryV1)
+	e.u8(v.State)
+	e.u32(v.Attempts)
+	e.u64(uint64(v.NextAtMs))
+	e.u32(v.Size)
+	e.str(v.SinkID)
+	e.str(v.LastError)
+	e.str(v.ReplayID)
+	return e.b
+}
+
+// DecodeDelivery decodes a d value.
+func DecodeDelivery(b []byte) (*Delivery, error) {
+	d := dec{b: b}
+	if ver := d.u8(); d.err == nil && ver != deliveryV1 {
+		return nil, fmt.Errorf("decode delivery: unknown version %d: %w", ver, ErrCorrupt)
+	}
+	v := &Delivery{State: d.u8(), Attempts: d.u32(), NextAtMs: int64(d.u64()), Size: d.u32()}
+	v.SinkID = d.str()
+	v.LastError = d.str()
+	v.ReplayID = d.str()
+	if err := d.done("delivery"); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// EncodeDedupe encodes a u value.
+func EncodeDedupe(v *DedupeEntry) []byte {
+	e := enc{b: make([]byte, 0, 33)}
+	e.u8(dedupeV1)
+	e.u64(uint64(v.ExpiresAtMs))
+	e.b = append(e.b, v.ID[:]...)
+	e.u64(v.Seq)
+	return e.b
+}
+
+// DecodeDedupe decodes a u value.
+func DecodeDedupe(b []byte) (*DedupeEntry, error) {
+	d := dec{b: b}
+	if ver := d.u8(); d.err == nil && ver != dedupeV1 {
+		return nil, fmt.Errorf("decode dedupe: unknown version %d: %w", ver, ErrCorrupt)
+	}
+	v := &DedupeEntry{ExpiresAtMs: int64(d.u64())}
+	d.fixed(v.ID[:])
+	v.Seq = d.u64()
+	if err := d.done("dedupe"); err != nil {
+		return nil, err
+	}
+	return v, nil
+}

@@ -1,0 +1,146 @@
+package store
+
+import (
+	"encoding/binary"
+)
+
+// Key families. One prefix byte per family; every integer in a key is
+// big-endian so that byte order is sort order.
+//
+// FROZEN FORMAT: the prefixes and layouts below are on disk. Changing one
+// needs a store format version bump (m:format) and a migration.
+const (
+	PrefixMeta     byte = 'm' // m:<name>                                     → meta value
+	PrefixHook     byte = 'h' // h + seq(8)                                   → encoded envelope (codec.go)
+	PrefixHookID   byte = 'i' // i + id(16)                                   → seq(8)
+	PrefixDelivery byte = 'd' // d + seq(8) + sink(2)                         → encoded delivery
+	PrefixDue      byte = 'q' // q + at(8, unix ms) + seq(8) + sink(2)         → empty
+	PrefixInflight byte = 'f' // f + seq(8) + sink(2)                         → lease deadline
+	PrefixDead     byte = 'x' // x + dead_at(8) + seq(8) + sink(2)             → reason
+	PrefixDedupe   byte = 'u' // u + tenant 0 source 0 key                    → encoded dedupe entry
+	PrefixExpiry   byte = 'e' // e + expires_at(8, unix ms) + dedupe key body → empty
+	PrefixSinkNum  byte = 'k' // k + source 0 sink-id                         → sink number(2)
+	PrefixProbe    byte = 'z' // z:probe                                      → readiness probe stamp
+)
+
+// Meta keys.
+var (
+	KeyNextSeq = []byte("m:next_seq")
+	KeyStoreID = []byte("m:store_id")
+	KeyFormat  = []byte("m:format")
+	KeyProbe   = []byte("z:probe")
+)
+
+// FormatVersion is the on-disk layout this code reads and writes.
+const FormatVersion = 1
+
+// HookKey is h + seq.
+func HookKey(seq uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = PrefixHook
+	binary.BigEndian.PutUint64(k[1:], seq)
+	return k
+}
+
+// HookIDKey is i + id.
+func HookIDKey(id [16]byte) []byte {
+	k := make([]byte, 17)
+	k[0] = PrefixHookID
+	copy(k[1:], id[:])
+	return k
+}
+
+// DeliveryKey is d + seq + sink.
+func DeliveryKey(seq uint64, sink uint16) []byte {
+	k := make([]byte, 11)
+	k[0] = PrefixDelivery
+	binary.BigEndian.PutUint64(k[1:], seq)
+	binary.BigEndian.PutUint16(k[9:], sink)
+	return k
+}
+
+// DeliveryPrefix is d + seq: every delivery row of one hook.
+func DeliveryPrefix(seq uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = PrefixDelivery
+	binary.BigEndian.PutUint64(k[1:], seq)
+	return k
+}
+
+// DueKey is q + at + seq + sink.
+func DueKey(atMs int64, seq uint64, sink uint16) []byte {
+	k := make([]byte, 19)
+	k[0] = PrefixDue
+	binary.BigEndian.PutUint64(k[1:], uint64(atMs))
+	binary.BigEndian.PutUint64(k[9:], seq)
+	binary.BigEndian.PutUint16(k[17:], sink)
+	return k
+}
+
+// DedupeKey is u + tenant 0 source 0 key. Tenant and source ids cannot hold a
+// zero byte (config and routing restrict them), so the separators are unique.
+func DedupeKey(tenant, source, key string) []byte {
+	k := make([]byte, 0, 3+len(tenant)+len(source)+len(key))
+	k = append(k, PrefixDedupe)
+	k = append(k, tenant...)
+	k = append(k, 0)
+	k = append(k, source...)
+	k = append(k, 0)
+	k = append(k, key...)
+	return k
+}
+
+// ExpiryKey is e + expires_at + the dedupe key without its prefix byte.
+func ExpiryKey(expiresAtMs int64, dedupeKey []byte) []byte {
+	k := make([]byte, 9, 9+len(dedupeKey)-1)
+	k[0] = PrefixExpiry
+	binary.BigEndian.PutUint64(k[1:], uint64(expiresAtMs))
+	return append(k, dedupeKey[1:]...)
+}
+
+// ParseExpiryKey splits an expiry key into its time and the dedupe key it names.
+func ParseExpiryKey(k []byte) (expiresAtMs int64, dedupeKey []byte, ok bool) {
+	if len(k) < 9 || k[0] != PrefixExpiry {
+		return 0, nil, false
+	}
+	dk := make([]byte, 0, len(k)-8)
+	dk = append(dk, PrefixDedupe)
+	dk = append(dk, k[9:]...)
+	return int64(binary.BigEndian.Uint64(k[1:9])), dk, true
+}
+
+// SinkNumKey is k + source 0 sink-id.
+func SinkNumKey(source, sink string) []byte {
+	k := make([]byte, 0, 2+len(source)+len(sink))
+	k = append(k, PrefixSinkNum)
+	k = append(k, source...)
+	k = append(k, 0)
+	return append(k, sink...)
+}
+
+// PrefixEnd returns the smallest key greater than every key with prefix p.
+func PrefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil // p is all 0xff: no upper bound
+}
+
+// U64 encodes v big-endian.
+func U64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+// ParseU64 decodes an 8-byte big-endian value.
+func ParseU64(b []byte) (uint64, bool) {
+	if len(b) != 8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(b), true
+}

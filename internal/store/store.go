@@ -1,0 +1,339 @@
+// Package store owns the Pebble database of one instance: its lifecycle, the
+// key layout (keys.go), value encodings (codec.go), WAL sync and the fence
+// that survives a failed fsync.
+package store
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// ErrFailed is returned by every write after Pebble reported a fatal error
+// (a failed WAL write or fsync), until Reopen succeeds.
+var ErrFailed = errors.New("store: write failed, store is fenced until reopened")
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("store: closed")
+
+// Options configure Open.
+type Options struct {
+	// Dir is the Pebble directory (<data_dir>/store).
+	Dir string
+	// FS is the filesystem; nil means the real disk. Tests pass errorfs or
+	// vfs.NewCrashableMem here to inject failed fsyncs and power cuts.
+	FS vfs.FS
+	// Logger receives Pebble's own messages. Nil means slog.Default().
+	Logger *slog.Logger
+	// MemTableSize overrides Pebble's default (bytes); 0 keeps ours.
+	MemTableSize uint64
+}
+
+// Store is one Pebble DB that can be reopened in place after a fatal error.
+//
+// Pebble treats a failed WAL write or sync as fatal: it calls
+// Options.Logger.Fatalf and, if that returns, carries on as if the commit had
+// succeeded. fatalLogger turns that call into a recorded error instead of an
+// exit, and every write path checks it, so a failed fsync is seen as a
+// failure rather than a silent success. The DB is then never written again:
+// Reopen closes it and opens the directory afresh.
+type Store struct {
+	opts Options
+	log  *slog.Logger
+
+	// mu guards db: readers and writers hold it shared, Reopen and Close
+	// hold it exclusively so nobody uses a DB that is being replaced.
+	mu     sync.RWMutex
+	db     *pebble.DB
+	fatal  *fatalLogger // of the current db
+	closed bool
+
+	id string // m:store_id, minted at first open
+}
+
+// fatalLogger is the Pebble logger of one DB generation.
+type fatalLogger struct {
+	log *slog.Logger
+	err atomic.Pointer[error]
+}
+
+func (l *fatalLogger) Infof(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (l *fatalLogger) Errorf(format string, args ...any) {
+	l.log.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+// Fatalf records the error and returns; Pebble then continues, and the store
+// refuses to trust anything this DB says from now on.
+func (l *fatalLogger) Fatalf(format string, args ...any) {
+	err := fmt.Errorf("pebble fatal: "+format, args...)
+	l.err.CompareAndSwap(nil, &err)
+	l.log.Error(err.Error(), "component", "pebble")
+}
+
+func (l *fatalLogger) failed() error {
+	if p := l.err.Load(); p != nil {
+		return fmt.Errorf("%w: %v", ErrFailed, *p)
+	}
+	return nil
+}
+
+// Open opens (or creates) the store.
+func Open(opts Options) (*Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	s := &Store{opts: opts, log: opts.Logger.With("component", "store")}
+	if err := s.openLocked(); err != nil {
+		return nil, err
+	}
+	if err := s.initMeta(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// REQUIRES: s.mu held exclusively, or s not yet shared.
+func (s *Store) openLocked() error {
+	fl := &fatalLogger{log: s.opts.Logger}
+	po := &pebble.Options{
+		FS:     s.opts.FS,
+		Logger: fl,
+		// The WAL is our durability record; WALMinSyncInterval stays 0 so a
+		// Sync write is not delayed to merge with others (the syncer already
+		// merges them).
+	}
+	if s.opts.MemTableSize > 0 {
+		po.MemTableSize = s.opts.MemTableSize
+	}
+	if err := s.opts.FS.MkdirAll(s.opts.Dir, 0o755); err != nil {
+		return fmt.Errorf("open store %s: %w", s.opts.Dir, err)
+	}
+	db, err := pebble.Open(s.opts.Dir, po)
+	if err != nil {
+		return fmt.Errorf("open store %s: %w", s.opts.Dir, err)
+	}
+	if ferr := fl.failed(); ferr != nil {
+		_ = safeClose(db)
+		return fmt.Errorf("open store %s: %w", s.opts.Dir, ferr)
+	}
+	s.db, s.fatal = db, fl
+	return nil
+}
+
+func (s *Store) initMeta() error {
+	v, err := s.Get(KeyStoreID)
+	if err != nil {
+		return fmt.Errorf("read store id: %w", err)
+	}
+	if v == nil {
+		var raw [16]byte
+		_, _ = rand.Read(raw[:])
+		v = []byte(hex.EncodeToString(raw[:]))
+		b := s.NewBatch()
+		_ = b.Set(KeyStoreID, v, nil)
+		_ = b.Set(KeyFormat, U64(FormatVersion), nil)
+		if err := s.ApplySync(b); err != nil {
+			return fmt.Errorf("write store id: %w", err)
+		}
+	} else if f, _ := s.Get(KeyFormat); f != nil {
+		if n, ok := ParseU64(f); !ok || n != FormatVersion {
+			return fmt.Errorf("store %s has format %d, this binary reads %d", s.opts.Dir, n, FormatVersion)
+		}
+	}
+	s.id = string(v)
+	return nil
+}
+
+// ID is the store's identity, minted when it was first created.
+func (s *Store) ID() string { return s.id }
+
+// Dir is the store's directory.
+func (s *Store) Dir() string { return s.opts.Dir }
+
+// NewBatch returns a batch for the current DB generation. A batch built
+// before a Reopen cannot be applied after it.
+func (s *Store) NewBatch() *pebble.Batch {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return nil
+	}
+	return s.db.NewBatch()
+}
+
+// Apply writes b without waiting for the WAL to reach the disk: the rows are
+// visible at once and durable only after a later SyncWAL returns nil.
+func (s *Store) Apply(b *pebble.Batch) error { return s.apply(b, pebble.NoSync) }
+
+// ApplySync writes b and waits for the WAL fsync that covers it.
+func (s *Store) ApplySync(b *pebble.Batch) error { return s.apply(b, pebble.Sync) }
+
+func (s *Store) apply(b *pebble.Batch, wo *pebble.WriteOptions) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil {
+		return ErrClosed
+	}
+	if err := s.fatal.failed(); err != nil {
+		return err
+	}
+	if err := s.db.Apply(b, wo); err != nil {
+		return fmt.Errorf("apply batch: %w", err)
+	}
+	// Pebble returns nil after calling Fatalf; the recorded error is the truth.
+	return s.fatal.failed()
+}
+
+// SyncWAL forces one WAL fsync. A nil return means every batch applied
+// before the call started is durable.
+func (s *Store) SyncWAL() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil {
+		return ErrClosed
+	}
+	if err := s.fatal.failed(); err != nil {
+		return err
+	}
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("sync wal: %w", err)
+	}
+	return s.fatal.failed()
+}
+
+// Failed reports the fatal error of the current DB generation, if any.
+func (s *Store) Failed() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.fatal == nil {
+		return ErrClosed
+	}
+	return s.fatal.failed()
+}
+
+// Get returns a copy of the value at key, or nil if absent.
+func (s *Store) Get(key []byte) ([]byte, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil {
+		return nil, ErrClosed
+	}
+	v, c, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	out := append([]byte(nil), v...)
+	_ = c.Close()
+	return out, nil
+}
+
+// Scan calls fn for every key in [lower, upper) in order until fn returns
+// false. Keys and values are only valid during the call.
+func (s *Store) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil {
+		return ErrClosed
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("scan: %w", err)
+	}
+	for it.First(); it.Valid(); it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("scan value: %w", err)
+		}
+		if !fn(it.Key(), v) {
+			break
+		}
+	}
+	if err := it.Error(); err != nil {
+		_ = it.Close()
+		return fmt.Errorf("scan: %w", err)
+	}
+	return it.Close()
+}
+
+// Count returns how many keys start with prefix.
+func (s *Store) Count(prefix []byte) (uint64, error) {
+	var n uint64
+	err := s.Scan(prefix, PrefixEnd(prefix), func(_, _ []byte) bool { n++; return true })
+	return n, err
+}
+
+// DiskBytes is the on-disk size Pebble reports.
+func (s *Store) DiskBytes() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return 0
+	}
+	m := s.db.Metrics()
+	return m.DiskSpaceUsage()
+}
+
+// Reopen closes the current DB generation and opens the directory again.
+// It is the only way back after a fatal error: Pebble must not be used once
+// it has reported one. Rows that were applied but never synced may still be
+// read back (they can be in the OS page cache or even on disk); the caller
+// deletes what no successful fsync covered.
+func (s *Store) Reopen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.db != nil {
+		if err := safeClose(s.db); err != nil {
+			s.log.Warn("closing failed store generation", "err", err)
+		}
+		s.db, s.fatal = nil, nil
+	}
+	return s.openLocked()
+}
+
+// Close closes the store. It is safe to call twice.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.db == nil {
+		return nil
+	}
+	err := safeClose(s.db)
+	s.db = nil
+	return err
+}
+
+// safeClose closes a DB that may have reported a fatal error; Pebble can
+// panic on invariants a failed generation no longer keeps, and nothing it
+// holds is trusted any more.
+func safeClose(db *pebble.DB) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("close panicked: %v", r)
+		}
+	}()
+	return db.Close()
+}
