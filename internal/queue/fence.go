@@ -40,7 +40,7 @@ const maxReopenFailures = 20
 // that was told 503 is stored once, by the retry.
 func (w *writer) fence(ctx context.Context, cause error) {
 	w.fenced.Store(true)
-	w.lastFailure.Store(time.Now().UnixNano())
+	w.lastFailure.Store(w.opts.Now().UnixNano())
 	w.log.Error("store write failed; fencing: nothing is acked until the unsynced groups are removed", "err", cause)
 	w.s.enterFence()
 	select {

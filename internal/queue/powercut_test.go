@@ -16,9 +16,9 @@ import (
 	"github.com/ankusa/ankusa/internal/testutil"
 )
 
-// powerCutDir is where the store lives on the crashable in-memory disk. It
-// is nested one level below a directory the store itself has to create, as
-// <data_dir>/store is on a first boot.
+// powerCutDir is <data_dir>/store on the crashable in-memory disk. Neither
+// directory exists before the store opens, as on a first boot: the store
+// must make both entries durable itself, or a power cut loses every ack.
 const powerCutDir = "/data/store"
 
 // ack is one Submit that returned a nil error.
@@ -29,17 +29,21 @@ type ack struct {
 	body   string
 }
 
-// ackLog records acks in the order the submitters saw them and says when
-// enough of them arrived to pull the plug.
+// ackLog records acks in the order the submitters saw them and signals
+// when the count reaches each cut point.
 type ackLog struct {
 	mu      sync.Mutex
 	acks    []ack
-	cutAt   int
-	reached chan struct{} // closed when len(acks) reaches cutAt
+	cuts    []int           // ascending ack counts
+	reached []chan struct{} // reached[i] is closed when len(acks) reaches cuts[i]
 }
 
-func newAckLog(cutAt int) *ackLog {
-	return &ackLog{cutAt: cutAt, reached: make(chan struct{})}
+func newAckLog(cuts []int) *ackLog {
+	l := &ackLog{cuts: cuts}
+	for range cuts {
+		l.reached = append(l.reached, make(chan struct{}))
+	}
+	return l
 }
 
 func (l *ackLog) add(a ack) {
@@ -47,9 +51,17 @@ func (l *ackLog) add(a ack) {
 	defer l.mu.Unlock()
 	a.n = len(l.acks)
 	l.acks = append(l.acks, a)
-	if len(l.acks) == l.cutAt {
-		close(l.reached)
+	for i, c := range l.cuts {
+		if len(l.acks) == c {
+			close(l.reached[i])
+		}
 	}
+}
+
+func (l *ackLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.acks)
 }
 
 // snapshot is every ack recorded so far. An ack in it returned from Submit
@@ -60,16 +72,27 @@ func (l *ackLog) snapshot() []ack {
 	return slices.Clone(l.acks)
 }
 
+// powerCut is the disk as a power cut left it, and what callers had been
+// told by then.
+type powerCut struct {
+	before []ack
+	disk   *vfs.MemFS
+}
+
 type powerCutRound struct {
 	name string
 	seed uint64
 	// unsyncedPercent is how much of what was written but never synced
-	// happens to survive the cut (0: exactly what was synced).
+	// happens to survive each cut (0: exactly what was synced).
 	unsyncedPercent int
-	// cutAfter is how many acks the load must have produced before the cut.
-	cutAfter int
-	opts     queue.Options
-	long     bool // skipped with -short
+	// cutAfter lists the ack counts at which the disk is cloned, all during
+	// one run: each cut is a separate power cut of the same history.
+	cutAfter []int
+	// sharedKeys is the size of the dedupe key pool all submitters draw
+	// from; the smaller, the more duplicates (and all-duplicate groups).
+	sharedKeys int
+	opts       queue.Options
+	long       bool // skipped with -short
 }
 
 // TestQueue_PowerCut checks the promise end to end: a hook whose Submit
@@ -78,35 +101,38 @@ type powerCutRound struct {
 // key, and its seq is never handed out again.
 func TestQueue_PowerCut(t *testing.T) {
 	rounds := []powerCutRound{
-		{name: "synced only", seed: 1, unsyncedPercent: 0, cutAfter: 400},
-		{name: "synced only, small groups", seed: 2, unsyncedPercent: 0, cutAfter: 400, opts: queue.Options{MaxBatch: 4}},
-		{name: "half of unsynced survives", seed: 3, unsyncedPercent: 50, cutAfter: 600},
-		{name: "most of unsynced survives, delayed groups", seed: 4, unsyncedPercent: 90, cutAfter: 600, opts: queue.Options{MaxDelay: time.Millisecond}},
-		{name: "cut deep into the run", seed: 5, unsyncedPercent: 25, cutAfter: 4000, long: true},
+		{name: "synced only", seed: 1, cutAfter: []int{200, 400, 600}, sharedKeys: 64},
+		{name: "synced only, small groups", seed: 2, cutAfter: []int{200, 400, 600}, sharedKeys: 64,
+			opts: queue.Options{MaxBatch: 4}},
+		{name: "synced only, duplicate storm", seed: 3, cutAfter: []int{200, 400, 600}, sharedKeys: 4},
+		{name: "half of unsynced survives", seed: 4, unsyncedPercent: 50, cutAfter: []int{300, 600}, sharedKeys: 64},
+		{name: "most of unsynced survives, delayed groups", seed: 5, unsyncedPercent: 90, cutAfter: []int{300, 600}, sharedKeys: 16,
+			opts: queue.Options{MaxDelay: time.Millisecond}},
+		{name: "cuts deep into the run", seed: 6, unsyncedPercent: 25, cutAfter: []int{1000, 2500, 4000}, sharedKeys: 64, long: true},
 	}
 	for _, r := range rounds {
 		t.Run(r.name, func(t *testing.T) {
 			if r.long && testing.Short() {
 				t.Skip("long power-cut round skipped with -short")
 			}
+			start := time.Now()
 			runPowerCut(t, r)
+			t.Logf("round took %s", time.Since(start).Round(time.Millisecond))
 		})
 	}
 }
 
 func runPowerCut(t *testing.T, r powerCutRound) {
-	start := time.Now()
 	fs := vfs.NewCrashableMem()
 	st := testutil.OpenStore(t, powerCutDir, fs)
 	storeID := st.ID()
 	q := testutil.StartQueue(t, st, r.opts)
 
 	// Load: every submitter mixes records without a dedupe key, with a key
-	// of their own, and with a key from a small shared pool so that
-	// concurrent duplicates (in one group, or of a hook still in flight)
+	// of its own, and with a key from the shared pool, so that concurrent
+	// duplicates (in one group, or of a hook still waiting for its fsync)
 	// happen all the time.
 	const submitters = 32
-	const sharedKeys = 64
 	log := newAckLog(r.cutAfter)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -127,12 +153,12 @@ func runPowerCut(t *testing.T, r powerCutRound) {
 				case 1:
 					key = fmt.Sprintf("own-%d-%d", g, n)
 				case 2:
-					key = fmt.Sprintf("shared-%d", rng.IntN(sharedKeys))
+					key = fmt.Sprintf("shared-%d", rng.IntN(r.sharedKeys))
 				}
 				res, err := q.Submit(context.Background(), rec(body, key))
 				if err != nil {
-					// Submitters stop before the queue closes and the
-					// store never fails here: every record must be acked.
+					// Submitters stop before the queue closes and the disk
+					// never fails here: every record must be acked.
 					t.Errorf("submitter %d: %v", g, err)
 					return
 				}
@@ -140,46 +166,57 @@ func runPowerCut(t *testing.T, r powerCutRound) {
 			}
 		}()
 	}
+	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopLoad()
 
-	select {
-	case <-log.reached:
-	case <-time.After(20 * time.Second):
-		close(stop)
-		wg.Wait()
-		t.Fatalf("only %d acks after 20s, want %d before the cut", len(log.snapshot()), r.cutAfter)
-	}
-	// Snapshot first, cut second: everything in before was acked before the
-	// power went, so all of it must be in the clone. Acks recorded after the
-	// snapshot may or may not have beaten the cut, and are not checked for
-	// presence.
-	before := log.snapshot()
-	cfg := vfs.CrashCloneCfg{UnsyncedDataPercent: r.unsyncedPercent}
+	var cloneRNG *rand.Rand
 	if r.unsyncedPercent > 0 {
-		cfg.RNG = rand.New(rand.NewPCG(r.seed, 0xc0ffee))
+		cloneRNG = rand.New(rand.NewPCG(r.seed, 0xc0ffee))
 	}
-	crashed := fs.CrashClone(cfg)
+	var cuts []powerCut
+	for i, want := range r.cutAfter {
+		select {
+		case <-log.reached[i]:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("only %d acks after 20s, want %d before cut %d", log.len(), want, i+1)
+		}
+		// Snapshot first, cut second: everything in the snapshot was acked
+		// before the power went, so all of it must be in the clone. Acks
+		// recorded after the snapshot may or may not have beaten the cut,
+		// and are not checked for presence.
+		before := log.snapshot()
+		disk := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: r.unsyncedPercent, RNG: cloneRNG})
+		cuts = append(cuts, powerCut{before: before, disk: disk})
+	}
 
-	close(stop)
-	wg.Wait()
+	stopLoad()
 	q.Close()
 	if err := st.Close(); err != nil {
 		t.Fatalf("close original store: %v", err)
 	}
-	all := log.snapshot()
-	checkLiveAcks(t, all)
+	checkLiveAcks(t, log.snapshot())
 
-	// Reboot on what the disk held when the power went.
-	st2 := testutil.OpenStore(t, powerCutDir, crashed)
-	if st2.ID() != storeID {
-		t.Fatalf("store id after the cut = %q, want %q: the store directory did not survive, every ack is lost", st2.ID(), storeID)
+	for i, c := range cuts {
+		t.Run(fmt.Sprintf("cut %d after %d acks", i+1, len(c.before)), func(t *testing.T) {
+			checkAfterPowerCut(t, r, c, storeID)
+		})
 	}
-	cloneMax, cloneHooks := scanHooks(t, st2)
+}
+
+// checkAfterPowerCut reboots on the disk a power cut left and checks that
+// nothing acked before it is lost, reused or forgotten by dedupe.
+func checkAfterPowerCut(t *testing.T, r powerCutRound, c powerCut, storeID string) {
+	st := testutil.OpenStore(t, powerCutDir, c.disk)
+	if st.ID() != storeID {
+		t.Fatalf("store id after the cut = %q, want %q: the store directory did not survive, every ack is lost", st.ID(), storeID)
+	}
+	diskMax, diskHooks := scanHooks(t, st)
 
 	var maxAcked uint64
 	present, missing := 0, 0
-	for _, a := range before {
+	for _, a := range c.before {
 		maxAcked = max(maxAcked, a.res.Seq)
-		if problem := ackedHookProblem(st2, a); problem != "" {
+		if problem := ackedHookProblem(st, a); problem != "" {
 			missing++
 			if missing <= 10 {
 				t.Errorf("ack #%d (id %x, seq %d, duplicate %v) lost by the power cut: %s",
@@ -189,30 +226,28 @@ func runPowerCut(t *testing.T, r powerCutRound) {
 		}
 		present++
 	}
-	t.Logf("acked before the cut: %d, present after: %d, missing: %d (acked in total: %d; hooks in the clone: %d, highest seq %d; unsynced kept: %d%%)",
-		len(before), present, missing, len(all), cloneHooks, cloneMax, r.unsyncedPercent)
+	t.Logf("acked before the cut: %d, present after: %d, missing: %d (hooks on disk: %d, highest seq %d; unsynced kept: %d%%)",
+		len(c.before), present, missing, diskHooks, diskMax, r.unsyncedPercent)
 	if missing > 0 {
-		t.Fatalf("%d of %d acked hooks missing after the power cut", missing, len(before))
+		t.Fatalf("%d of %d acked hooks missing after the power cut", missing, len(c.before))
 	}
 
-	q2 := testutil.StartQueue(t, st2, r.opts)
-	floor := max(maxAcked, cloneMax)
-	if next := q2.Stats().NextSeq; next <= floor {
-		t.Fatalf("next seq after the cut = %d, want > %d (highest acked %d, highest in the clone %d)", next, floor, maxAcked, cloneMax)
+	q := testutil.StartQueue(t, st, r.opts)
+	floor := max(maxAcked, diskMax)
+	if next := q.Stats().NextSeq; next <= floor {
+		t.Fatalf("next seq after the cut = %d, want > %d (highest acked %d, highest on disk %d)", next, floor, maxAcked, diskMax)
 	}
 
 	// Every dedupe key acked before the cut still names its original: a
 	// provider retrying after the reboot gets the same hook back.
 	originals := make(map[string]queue.Result)
-	for _, a := range before {
-		if a.dedupe != "" {
-			if _, ok := originals[a.dedupe]; !ok {
-				originals[a.dedupe] = a.res
-			}
+	for _, a := range c.before {
+		if _, seen := originals[a.dedupe]; a.dedupe != "" && !seen {
+			originals[a.dedupe] = a.res
 		}
 	}
 	for key, want := range originals {
-		got, err := q2.Submit(context.Background(), rec(`{"retry":true}`, key))
+		got, err := q.Submit(context.Background(), rec(`{"retry":true}`, key))
 		if err != nil {
 			t.Fatalf("resubmit %q: %v", key, err)
 		}
@@ -221,27 +256,28 @@ func runPowerCut(t *testing.T, r powerCutRound) {
 		}
 	}
 
-	// A fresh hook never reuses a seq the clone holds or a client was told.
-	fresh, err := q2.Submit(context.Background(), rec(`{"fresh":true}`, ""))
+	// A fresh hook never reuses a seq the disk holds or a caller was told.
+	fresh, err := q.Submit(context.Background(), rec(`{"fresh":true}`, ""))
 	if err != nil {
 		t.Fatalf("fresh submit after the cut: %v", err)
 	}
 	if fresh.Duplicate || fresh.Seq <= floor {
 		t.Fatalf("fresh submit after the cut = %+v, want a new hook with seq > %d", fresh, floor)
 	}
-	t.Logf("dedupe keys re-checked: %d; fresh seq %d; round took %s", len(originals), fresh.Seq, time.Since(start).Round(time.Millisecond))
 }
 
 // checkLiveAcks checks what the callers were told, before any crash: one
-// seq per id, one id per seq, one id per dedupe key (TTL is an hour, so a
-// key never expires during the test), and a duplicate never names a hook
-// no one was told about as the original.
+// seq per id, one id per seq, one id per dedupe key (the TTL is an hour, so
+// no key expires during the test), and no duplicate answer without a key.
 func checkLiveAcks(t *testing.T, acks []ack) {
 	t.Helper()
 	seqOf := make(map[[16]byte]uint64)
 	idOf := make(map[uint64][16]byte)
 	keyID := make(map[string][16]byte)
 	for _, a := range acks {
+		if a.res.Seq == 0 {
+			t.Fatalf("ack #%d has seq 0", a.n)
+		}
 		if s, ok := seqOf[a.res.ID]; ok && s != a.res.Seq {
 			t.Fatalf("id %x acked with seqs %d and %d", a.res.ID, s, a.res.Seq)
 		}
@@ -249,9 +285,6 @@ func checkLiveAcks(t *testing.T, acks []ack) {
 			t.Fatalf("seq %d acked for two ids %x and %x", a.res.Seq, id, a.res.ID)
 		}
 		seqOf[a.res.ID], idOf[a.res.Seq] = a.res.Seq, a.res.ID
-		if a.res.Seq == 0 {
-			t.Fatalf("ack #%d has seq 0", a.n)
-		}
 		if a.dedupe == "" {
 			if a.res.Duplicate {
 				t.Fatalf("ack #%d without a dedupe key answered duplicate", a.n)
@@ -300,7 +333,7 @@ func scanHooks(t *testing.T, st *store.Store) (maxSeq uint64, n int) {
 
 // ackedHookProblem says why the hook a caller was told about is not intact
 // in st, or "" if it is: its id row must point at its seq, and the hook row
-// at that seq must be that id (and, for an original, that body).
+// at that seq must hold that id (and, for an original, that body).
 func ackedHookProblem(st *store.Store, a ack) string {
 	v, err := st.Get(store.HookIDKey(a.res.ID))
 	if err != nil {

@@ -85,7 +85,6 @@ type Result struct {
 type Observer interface {
 	Group(records, written int, apply time.Duration)
 	Sync(d time.Duration, err error)
-	Refused(reason string)
 }
 
 // NopObserver ignores everything.
@@ -93,7 +92,6 @@ type NopObserver struct{}
 
 func (NopObserver) Group(int, int, time.Duration) {}
 func (NopObserver) Sync(time.Duration, error)     {}
-func (NopObserver) Refused(string)                {}
 
 // Options configure a Queue (batcher.* config keys).
 type Options struct {
@@ -207,7 +205,6 @@ func (q *Queue) Start() {
 func (q *Queue) Submit(ctx context.Context, rec *Record) (Result, error) {
 	it, err := q.batcher.add(rec, q.writer.fenced.Load())
 	if err != nil {
-		q.opts.Observer.Refused(refusalReason(err))
 		return Result{}, err
 	}
 	select {
@@ -218,14 +215,13 @@ func (q *Queue) Submit(ctx context.Context, rec *Record) (Result, error) {
 	}
 }
 
-func refusalReason(err error) string {
-	switch {
-	case errors.Is(err, ErrOverload):
-		return "overload"
-	case errors.Is(err, ErrStoreUnavailable):
-		return "store_unavailable"
+// ReportStoreFailure fences the queue after a failure found outside the
+// commit path (the readiness probe's synced write): the store must not be
+// written again before the reopen and cleanup. Several reports make one fence.
+func (q *Queue) ReportStoreFailure(err error) {
+	select {
+	case q.writer.fenceCh <- err:
 	default:
-		return "closed"
 	}
 }
 
@@ -242,6 +238,8 @@ type Stats struct {
 	Fenced     bool
 	// Fences counts failures that were fenced and cleaned up.
 	Fences uint64
+	// Syncs counts successful WAL fsyncs.
+	Syncs uint64
 }
 
 // Stats reports the writer's counters.
@@ -254,6 +252,7 @@ func (q *Queue) Stats() Stats {
 		Queued:     q.batcher.records.Load(),
 		Fenced:     q.writer.fenced.Load(),
 		Fences:     q.writer.fences.Load(),
+		Syncs:      q.syncer.syncs.Load(),
 	}
 }
 

@@ -35,6 +35,9 @@ type syncer struct {
 	// durable is the highest seq covered by a successful fsync (or by the
 	// fence's synced cleanup). Dispatch and duplicate answers gate on it.
 	durable atomic.Uint64
+	// syncs counts successful fsyncs (records per fsync = the group size a
+	// benchmark reports).
+	syncs atomic.Uint64
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -126,7 +129,10 @@ func (s *syncer) run() {
 		s.syncing = false
 		if err != nil {
 			s.fenced = true
-		} else if upto > s.durable.Load() {
+		} else {
+			s.syncs.Add(1)
+		}
+		if err == nil && upto > s.durable.Load() {
 			// Raised under mu so that enterFence, once it holds mu with no
 			// sync in progress, reads the final value.
 			s.durable.Store(upto)
@@ -160,7 +166,6 @@ func (s *syncer) answerAll(batch []handoff, err error) {
 		}
 	}
 }
-
 
 // enterFence stops the syncer from starting fsyncs and waits for one in
 // progress to finish, so that durable_seq is final when the writer reads it.

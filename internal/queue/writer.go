@@ -46,7 +46,7 @@ type writer struct {
 	deliveries    atomic.Uint64
 	fenced        atomic.Bool
 	fences        atomic.Uint64 // fences completed
-	lastFailure   atomic.Int64 // unix ns
+	lastFailure   atomic.Int64  // unix ns
 
 	fenceCh  chan error // capacity 1: the syncer's "an fsync failed"
 	sweepReq chan sweepRequest
@@ -211,7 +211,6 @@ func (w *writer) commit(items []*item) {
 
 	for _, it := range items {
 		if now.Sub(it.enqueued) > w.opts.Deadline {
-			w.opts.Observer.Refused("deadline")
 			w.b.answer(it, outcome{err: fmt.Errorf("%w: waited %s to start committing", ErrOverload, now.Sub(it.enqueued))})
 			continue
 		}

@@ -82,7 +82,7 @@ type DedupeEntry struct {
 
 type enc struct{ b []byte }
 
-func (e *enc) u8(v byte)   { e.b = append(e.b, v) }
+func (e *enc) u8(v byte)    { e.b = append(e.b, v) }
 func (e *enc) u32(v uint32) { e.b = binary.BigEndian.AppendUint32(e.b, v) }
 func (e *enc) u64(v uint64) { e.b = binary.BigEndian.AppendUint64(e.b, v) }
 func (e *enc) bytes(v []byte) {

@@ -118,7 +118,7 @@ func (s *Store) openLocked() error {
 	if s.opts.MemTableSize > 0 {
 		po.MemTableSize = s.opts.MemTableSize
 	}
-	if err := s.opts.FS.MkdirAll(s.opts.Dir, 0o755); err != nil {
+	if err := mkdirAllSynced(s.opts.FS, s.opts.Dir); err != nil {
 		return fmt.Errorf("open store %s: %w", s.opts.Dir, err)
 	}
 	db, err := pebble.Open(s.opts.Dir, po)
@@ -336,4 +336,44 @@ func safeClose(db *pebble.DB) (err error) {
 		}
 	}()
 	return db.Close()
+}
+
+// mkdirAllSynced creates dir and its missing parents and fsyncs the parent of
+// every directory it created. Pebble syncs the entries inside its directory
+// but not the directory's own entry in its parent: without this, a power cut
+// soon after the first boot could lose the whole store, acked hooks included.
+func mkdirAllSynced(fs vfs.FS, dir string) error {
+	var created []string
+	for d := dir; ; {
+		if _, err := fs.Stat(d); err == nil {
+			break
+		}
+		created = append(created, d)
+		p := fs.PathDir(d)
+		if p == d {
+			break
+		}
+		d = p
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range created {
+		if err := syncDir(fs, fs.PathDir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func syncDir(fs vfs.FS, dir string) error {
+	f, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("open dir %s: %w", dir, err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("sync dir %s: %w", dir, err)
+	}
+	return f.Close()
 }

@@ -89,11 +89,11 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 // WALSyncGate is an errorfs injector that controls the WAL's fsyncs: each
 // one can be held until released, or failed. Other file operations pass.
 type WALSyncGate struct {
-	mu      sync.Mutex
-	hold    bool
-	failN   int // fail this many upcoming WAL syncs
-	held    chan chan struct{}
-	failed  int
+	mu     sync.Mutex
+	hold   bool
+	failN  int // fail this many upcoming WAL syncs
+	held   chan chan struct{}
+	failed int
 }
 
 // NewWALSyncGate returns a gate that lets everything through until told.

@@ -1,0 +1,49 @@
+// Command ankusa is the one binary: serve (the default), bench, version.
+// The operator logic lives in library packages; this file only parses
+// flags, loads config and wires signals.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	cmd := "serve"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(args)
+	case "bench":
+		return bench(args)
+	case "version":
+		fmt.Println("ankusa", version)
+		return 0
+	case "help":
+		usage()
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "ankusa: unknown command %q\n", cmd)
+		usage()
+		return 64 // EX_USAGE
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage: ankusa [command] [flags]
+
+commands:
+  serve     run the receiver (default); --config FILE (or $ANKUSA_CONFIG, then ./ankusa.yml, then the built-in demo)
+  bench     closed-loop load against disk mode and a null handler in one run
+  version   print the version
+`)
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/app"
+	"github.com/ankusa/ankusa/internal/config"
+)
+
+func serve(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	path := fs.String("config", "", "config file (default $ANKUSA_CONFIG, then ./ankusa.yml, then the built-in demo)")
+	if err := fs.Parse(args); err != nil {
+		return 64
+	}
+	cfg, err := config.Load(*path, nil)
+	if err != nil {
+		return configError(err)
+	}
+	log := newLogger(cfg.Log)
+	slog.SetDefault(log)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fatal := make(chan error, 1)
+	in, err := app.New(cfg, app.Options{
+		Logger:  log,
+		Version: version,
+		OnFatal: func(err error) {
+			select {
+			case fatal <- err:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		log.Error("start failed", "err", err)
+		return 1
+	}
+	if err := in.Start(); err != nil {
+		log.Error("start failed", "err", err)
+		_ = in.Stop(context.Background())
+		return 1
+	}
+	code := 0
+	select {
+	case <-ctx.Done():
+	case err := <-fatal:
+		log.Error("store cannot be reopened after a write failure; exiting so the supervisor restarts the node", "err", err)
+		code = app.ExitStoreFatal
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := in.Stop(sctx); err != nil && code == 0 {
+		log.Warn("stop", "err", err)
+	}
+	return code
+}
+
+// configError prints one line naming every violated key and its rule, and
+// returns 78 (EX_CONFIG) so a supervisor does not restart into the same error.
+func configError(err error) int {
+	msg := err.Error()
+	var errs config.Errors
+	if errors.As(err, &errs) {
+		msg = errs.Error()
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	fmt.Fprintf(os.Stderr, "ankusa: invalid config: %s\n", msg)
+	return config.ExitConfig
+}
+
+func newLogger(c config.LogConfig) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}

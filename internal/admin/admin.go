@@ -1,0 +1,140 @@
+// Package admin is the operator API (port 4002, bound to admin.ip): health,
+// readiness, metrics and read-only views of the WAL, the config and single
+// hooks. The ingest listener serves the same /health and /ready through
+// HealthHandler, so a load balancer and an operator see one answer.
+//
+// Every answer is JSON, errors included: {"error":"<code>"}.
+package admin
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// Deps is what the operator API reads. Config, Store and Queue are
+// required; a nil Registry leaves /metrics unrouted.
+type Deps struct {
+	Config   *config.Config
+	Store    *store.Store
+	Queue    *queue.Queue
+	Registry *prometheus.Registry
+	Version  string
+	Logger   *slog.Logger
+	Now      func() time.Time // nil = time.Now
+	// Readiness, when set, is the check New serves /ready with. Pass the
+	// one given to HealthHandler so both ports share one probe cache (at
+	// most one probe write per second in all); nil builds a new one.
+	Readiness *Readiness
+}
+
+func (d *Deps) fill() {
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+}
+
+// Error codes of the JSON error bodies.
+const (
+	errNotFound         = "not_found"
+	errMethodNotAllowed = "method_not_allowed"
+	errInvalidID        = "invalid_id"
+	errStoreUnavailable = "store_unavailable"
+	errCorrupt          = "corrupt_record"
+	errWALDisabled      = "wal_disabled"
+)
+
+// New returns the operator API handler.
+func New(d Deps) http.Handler {
+	d.fill()
+	a := &api{d: d, log: d.Logger.With("component", "admin")}
+	mux := http.NewServeMux()
+	rd := d.Readiness
+	if rd == nil {
+		rd = NewReadiness(d)
+	}
+	routeHealth(mux, d, rd)
+	if d.Registry != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(d.Registry, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("GET /v1/wal", a.wal)
+	mux.HandleFunc("GET /v1/config", a.config)
+	mux.HandleFunc("GET /v1/hooks/{id}", a.hook)
+	return jsonErrors(mux)
+}
+
+type api struct {
+	d   Deps
+	log *slog.Logger
+}
+
+// config serves the effective configuration with every secret redacted
+// (config.Config.Redacted is an allowlist: unknown keys are hidden).
+func (a *api) config(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, a.d.Config.Redacted())
+}
+
+// jsonErrors answers the mux's own 404 and 405 (no route, wrong method)
+// with JSON bodies instead of Go's plain text, keeping the status and the
+// Allow header the mux sets. Matched routes are served as they are.
+func jsonErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r) // ServeHTTP, not h: it sets the path values
+			return
+		}
+		h.ServeHTTP(&errorRewriter{ResponseWriter: w}, r)
+	})
+}
+
+// errorRewriter replaces the body of an error the mux writes with
+// {"error":…}; the mux's text is dropped.
+type errorRewriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (e *errorRewriter) WriteHeader(code int) {
+	if e.wrote {
+		return
+	}
+	e.wrote = true
+	e.Header().Del("X-Content-Type-Options")
+	e.Header().Del("Content-Length")
+	msg := errNotFound
+	if code == http.StatusMethodNotAllowed {
+		msg = errMethodNotAllowed
+	}
+	writeJSON(e.ResponseWriter, code, errorBody(msg))
+}
+
+func (e *errorRewriter) Write(p []byte) (int, error) {
+	if !e.wrote {
+		e.WriteHeader(http.StatusOK)
+	}
+	return len(p), nil
+}
+
+func errorBody(code string) map[string]any { return map[string]any{"error": code} }
+
+// writeJSON writes v as the whole answer. Operator answers describe the
+// present moment, so nothing may cache them.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

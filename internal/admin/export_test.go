@@ -1,0 +1,9 @@
+package admin
+
+import "time"
+
+// WrapProbeWrite lets a test observe or replace the probe write of r:
+// wrap receives the real write and returns the one r will use.
+func WrapProbeWrite(r *Readiness, wrap func(write func(now time.Time) error) func(now time.Time) error) {
+	r.probeWrite = wrap(r.probeWrite)
+}

@@ -1,0 +1,211 @@
+// Package app wires one Ankusa instance from a Config: store, queue, edge,
+// operator API and metrics. Everything hangs off the Instance, so two
+// instances can run in one test process.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ankusa/ankusa/internal/admin"
+	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/edge"
+	"github.com/ankusa/ankusa/internal/metrics"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// Options are the test seams of an instance.
+type Options struct {
+	Logger *slog.Logger
+	// FS replaces the real disk under the store (errorfs, crashable mem).
+	FS vfs.FS
+	// OnFatal is called when the store cannot be reopened after a failure;
+	// the binary exits with ExitStoreFatal. Nil only logs.
+	OnFatal func(error)
+	// Version is shown by /health and the startup log.
+	Version string
+}
+
+// ExitStoreFatal is the exit status when the store cannot be reopened after
+// a failed write: distinct from a config error (78) so a supervisor can
+// tell "restart me" from "fix me" (EX_TEMPFAIL).
+const ExitStoreFatal = 75
+
+// Instance is one running node.
+type Instance struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	store   *store.Store
+	queue   *queue.Queue
+	metrics *metrics.Metrics
+	reg     *prometheus.Registry
+	version string
+
+	ingest, adminSrv  *http.Server
+	ingestLn, adminLn net.Listener
+}
+
+// New opens the store and builds every component; nothing listens yet.
+func New(cfg *config.Config, o Options) (*Instance, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	in := &Instance{cfg: cfg, log: o.Logger, version: o.Version}
+	in.reg = prometheus.NewRegistry()
+	in.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	in.metrics = metrics.New(in.reg)
+
+	st, err := store.Open(store.Options{Dir: filepath.Join(cfg.Node.DataDir, "store"), FS: o.FS, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	in.store = st
+
+	var refs []store.SinkRef
+	for id, sc := range cfg.Sources {
+		for _, sk := range sc.Sinks {
+			refs = append(refs, store.SinkRef{Source: id, Sink: sk.ID})
+		}
+	}
+	nums, err := st.SinkNumbers(refs)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+
+	onFatal := o.OnFatal
+	if onFatal == nil {
+		onFatal = func(err error) { in.log.Error("store cannot be reopened", "err", err) }
+	}
+	b := cfg.Batcher
+	q, err := queue.New(st, queue.Options{
+		Partitions:    b.Partitions,
+		MaxBatch:      b.MaxBatch,
+		MaxDelay:      time.Duration(b.MaxDelayMs) * time.Millisecond,
+		MaxQueue:      b.MaxQueue,
+		MaxQueueBytes: b.MaxQueueBytes,
+		Deadline:      time.Duration(b.DeadlineMs) * time.Millisecond,
+		SweepInterval: time.Duration(cfg.Dedupe.SweepIntervalMs) * time.Millisecond,
+		SweepBatch:    cfg.Dedupe.SweepBatch,
+		Observer:      in.metrics,
+		Logger:        o.Logger,
+		OnFatal:       onFatal,
+	})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	in.queue = q
+	in.metrics.WatchQueue(q.Stats, st.DiskBytes)
+
+	deps := admin.Deps{Config: cfg, Store: st, Queue: q, Registry: in.reg, Version: o.Version, Logger: o.Logger}
+	ready := admin.NewReadiness(deps)
+	deps.Readiness = ready // one probe cache for both ports
+	ingestMux := http.NewServeMux()
+	health := admin.HealthHandler(deps, ready)
+	ingestMux.Handle("GET /health", health)
+	ingestMux.Handle("GET /ready", health)
+	ingestMux.Handle(cfg.HTTP.Prefix+"/", edge.New(edge.Options{
+		Routing:      cfg.HTTP.Routing,
+		Prefix:       cfg.HTTP.Prefix,
+		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
+		Sources:      edge.SourcesFromConfig(cfg, nums),
+		Committer:    q,
+		Observer:     in.metrics,
+		Logger:       o.Logger,
+	}))
+	readTimeout := time.Duration(cfg.HTTP.ReadTimeoutMs) * time.Millisecond
+	in.ingest = &http.Server{
+		Handler:           ingestMux,
+		ReadHeaderTimeout: readTimeout,
+		ReadTimeout:       readTimeout,
+		MaxHeaderBytes:    cfg.HTTP.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+	in.adminSrv = &http.Server{
+		Handler:           admin.New(deps),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+	return in, nil
+}
+
+// DurabilityLine states in one line what a 2xx means in this mode; it is
+// never stronger than what is true.
+func (in *Instance) DurabilityLine() string {
+	return fmt.Sprintf("durability: wal.type=disk: a 201 means the hook is fsynced in the local store (%s); "+
+		"an acked hook is lost only if this host's disk is lost (backups are not configured)", in.store.Dir())
+}
+
+// Start begins serving: the queue's goroutines, then both listeners.
+func (in *Instance) Start() error {
+	in.queue.Start()
+	var err error
+	in.ingestLn, err = net.Listen("tcp", net.JoinHostPort(in.cfg.HTTP.IP, strconv.Itoa(in.cfg.HTTP.Port)))
+	if err != nil {
+		in.queue.Close()
+		return fmt.Errorf("listen ingest: %w", err)
+	}
+	in.adminLn, err = net.Listen("tcp", net.JoinHostPort(in.cfg.Admin.IP, strconv.Itoa(in.cfg.Admin.Port)))
+	if err != nil {
+		_ = in.ingestLn.Close()
+		in.queue.Close()
+		return fmt.Errorf("listen admin: %w", err)
+	}
+	for _, s := range []struct {
+		srv *http.Server
+		ln  net.Listener
+	}{{in.ingest, in.ingestLn}, {in.adminSrv, in.adminLn}} {
+		go func() {
+			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				in.log.Error("listener stopped", "addr", s.ln.Addr().String(), "err", err)
+			}
+		}()
+	}
+	in.log.Info(in.DurabilityLine())
+	in.log.Info("ankusa serving", "instance", in.cfg.Node.Instance, "version", in.version,
+		"ingest", in.ingestLn.Addr().String(), "admin", in.adminLn.Addr().String(), "store_id", in.store.ID())
+	return nil
+}
+
+// IngestAddr and AdminAddr are the bound addresses (useful with port 0).
+func (in *Instance) IngestAddr() string { return in.ingestLn.Addr().String() }
+func (in *Instance) AdminAddr() string  { return in.adminLn.Addr().String() }
+
+// Queue exposes the commit path (tests, bench).
+func (in *Instance) Queue() *queue.Queue { return in.queue }
+
+// Store exposes the store (tests, bench).
+func (in *Instance) Store() *store.Store { return in.store }
+
+// Stop drains: no new connections, in-flight requests get their answers
+// (their records are synced by the queue's last fsync), then the store
+// closes.
+func (in *Instance) Stop(ctx context.Context) error {
+	var errs []error
+	if in.ingest != nil {
+		errs = append(errs, in.ingest.Shutdown(ctx))
+	}
+	if in.adminSrv != nil {
+		errs = append(errs, in.adminSrv.Shutdown(ctx))
+	}
+	in.queue.Close()
+	errs = append(errs, in.store.Close())
+	in.log.Info("ankusa stopped")
+	return errors.Join(errs...)
+}

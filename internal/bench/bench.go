@@ -1,0 +1,493 @@
+// Package bench is the `ankusa bench` harness: a closed-loop load generator
+// that drives, in one run and on the same machine, a null HTTP handler (the
+// ceiling: Go's HTTP stack and the load generator alone) and a real Ankusa
+// instance in disk mode (every 201 waits for a WAL fsync), so the ratio of the
+// two says what the durable commit path costs.
+//
+// The load generator runs in the same process, on the same cores, as the
+// server under test. Both modes pay for it equally, so ratios between the
+// modes are meaningful; absolute figures are a floor, not a capacity claim.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/app"
+	"github.com/ankusa/ankusa/internal/config"
+)
+
+// Mode names what a Result measured.
+type Mode string
+
+const (
+	// ModeNull is a Go handler that reads the body and answers 201 without
+	// storing anything.
+	ModeNull Mode = "null"
+	// ModeDisk is an Ankusa instance with wal.type=disk and the default config.
+	ModeDisk Mode = "disk"
+)
+
+// Options configure Run. Zero values take the defaults in brackets.
+type Options struct {
+	// Clients are the concurrency levels to run, in order [64, 512].
+	Clients []int
+	// BodyBytes is the size of every request body [1024].
+	BodyBytes int
+	// Duration is the measured window of each run [10s].
+	Duration time.Duration
+	// Warmup precedes the window of each run and is excluded from every
+	// figure except the error count [1s; negative means none].
+	Warmup time.Duration
+	// DataDir is where each disk-mode run gets its own fresh data dir. Empty
+	// means a new temporary dir (on $TMPDIR), removed afterwards. Every
+	// per-run dir is removed when its run ends.
+	DataDir string
+	// Out receives a header and one line per finished run; nil is silent.
+	Out io.Writer
+	// Logger is given to the Ankusa instances; nil discards.
+	Logger *slog.Logger
+}
+
+func (o *Options) fill() {
+	if len(o.Clients) == 0 {
+		o.Clients = []int{64, 512}
+	}
+	if o.BodyBytes <= 0 {
+		o.BodyBytes = 1024
+	}
+	if o.Duration <= 0 {
+		o.Duration = 10 * time.Second
+	}
+	if o.Warmup < 0 {
+		o.Warmup = 0
+	} else if o.Warmup == 0 {
+		o.Warmup = time.Second
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Result is one (mode, clients) run.
+type Result struct {
+	Mode      Mode
+	Clients   int
+	BodyBytes int
+	// Window is the measured window as it actually elapsed.
+	Window time.Duration
+
+	// OK counts 201 answers that completed inside the window.
+	OK uint64
+	// ReqPerSec is OK / Window.
+	ReqPerSec float64
+	// P50, P99 and Max are the latencies of the OK requests (send to body
+	// fully read), nearest-rank.
+	P50, P99, Max time.Duration
+
+	// Errors counts every answer other than 201 plus every transport error,
+	// over the whole run (warmup included): any error is a finding.
+	Errors uint64
+	// Statuses breaks the non-201 answers down by status code.
+	Statuses map[int]uint64
+	// TransportErrors counts requests that got no answer at all.
+	TransportErrors uint64
+	// FirstError is the first transport error seen, if any.
+	FirstError string
+
+	// Disk mode only: fsyncs and hooks written during the window (the
+	// queue's Stats().Syncs and Stats().Hooks deltas).
+	Fsyncs       uint64
+	Hooks        uint64
+	FsyncsPerSec float64
+	// MeanGroup is Hooks / Fsyncs: how many hooks one fsync acked on average.
+	MeanGroup float64
+}
+
+// Run benchmarks every concurrency level in o.Clients: for each, the null
+// handler first, then a fresh Ankusa instance in disk mode with its own fresh
+// data dir. It stops early, returning what it has, when ctx ends.
+func Run(ctx context.Context, o Options) ([]Result, error) {
+	o.fill()
+	for _, c := range o.Clients {
+		if c <= 0 {
+			return nil, fmt.Errorf("bench: clients must be > 0, got %d", c)
+		}
+	}
+	root := o.DataDir
+	if root == "" {
+		d, err := os.MkdirTemp("", "ankusa-bench-")
+		if err != nil {
+			return nil, fmt.Errorf("bench: data dir: %w", err)
+		}
+		defer os.RemoveAll(d)
+		root = d
+	} else if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("bench: data dir: %w", err)
+	}
+	printHeader(o.Out, &o, root)
+
+	body := makeBody(o.BodyBytes)
+	var out []Result
+	for _, c := range o.Clients {
+		for _, mode := range []Mode{ModeNull, ModeDisk} {
+			if err := ctx.Err(); err != nil {
+				return out, err
+			}
+			var r Result
+			var err error
+			// The labels are inherited by every goroutine the run starts
+			// (servers, queue, Pebble), so a CPU profile of the whole
+			// command splits by run: go tool pprof -tagfocus mode=disk.
+			labels := pprof.Labels("mode", string(mode), "clients", strconv.Itoa(c))
+			pprof.Do(ctx, labels, func(ctx context.Context) {
+				if mode == ModeNull {
+					r, err = runNull(ctx, &o, c, body)
+				} else {
+					r, err = runDisk(ctx, &o, root, c, body)
+				}
+			})
+			if err != nil {
+				return out, fmt.Errorf("bench: %s C=%d: %w", mode, c, err)
+			}
+			out = append(out, r)
+			fmt.Fprintln(o.Out, FormatResult(r))
+		}
+	}
+	return out, nil
+}
+
+// nullAnswer mirrors the size and shape of Ankusa's 201 body.
+var nullAnswer = []byte(`{"id":"00000000-0000-7000-8000-000000000000","status":"accepted"}` + "\n")
+
+func runNull(ctx context.Context, o *Options, clients int, body []byte) (Result, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Result{}, err
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write(nullAnswer)
+		}),
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	url := "http://" + ln.Addr().String() + "/webhooks/demo"
+	return drive(ctx, o, ModeNull, clients, url, body, nil)
+}
+
+func runDisk(ctx context.Context, o *Options, root string, clients int, body []byte) (Result, error) {
+	dir, err := os.MkdirTemp(root, fmt.Sprintf("disk-c%d-", clients))
+	if err != nil {
+		return Result{}, err
+	}
+	defer os.RemoveAll(dir)
+
+	cfg := config.Default()
+	cfg.Node.DataDir = dir
+	cfg.HTTP.IP = "127.0.0.1"
+	cfg.HTTP.Port = 0
+	cfg.Admin.IP = "127.0.0.1"
+	cfg.Admin.Port = 0
+	in, err := app.New(cfg, app.Options{Logger: o.Logger, Version: "bench"})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := in.Start(); err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = in.Stop(sctx)
+	}()
+	url := "http://" + in.IngestAddr() + cfg.HTTP.Prefix + "/demo"
+	q := in.Queue()
+	var s0, s1 struct{ syncs, hooks uint64 }
+	probe := &windowProbe{
+		atStart: func() { st := q.Stats(); s0.syncs, s0.hooks = st.Syncs, st.Hooks },
+		atEnd:   func() { st := q.Stats(); s1.syncs, s1.hooks = st.Syncs, st.Hooks },
+	}
+	r, err := drive(ctx, o, ModeDisk, clients, url, body, probe)
+	if err != nil {
+		return r, err
+	}
+	r.Fsyncs = s1.syncs - s0.syncs
+	r.Hooks = s1.hooks - s0.hooks
+	if secs := r.Window.Seconds(); secs > 0 {
+		r.FsyncsPerSec = float64(r.Fsyncs) / secs
+	}
+	if r.Fsyncs > 0 {
+		r.MeanGroup = float64(r.Hooks) / float64(r.Fsyncs)
+	}
+	return r, nil
+}
+
+// windowProbe is called when the measured window opens and closes.
+type windowProbe struct {
+	atStart, atEnd func()
+}
+
+// worker is one closed-loop client's tallies; only its goroutine writes it.
+type worker struct {
+	lat        []time.Duration // OK requests completed inside the window
+	errs       uint64
+	statuses   map[int]uint64
+	transport  uint64
+	firstError string
+}
+
+// drive runs `clients` closed-loop goroutines against url for Warmup +
+// Duration and reduces their tallies into a Result.
+func drive(ctx context.Context, o *Options, mode Mode, clients int, url string, body []byte, probe *windowProbe) (Result, error) {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        0, // no overall limit
+		MaxIdleConnsPerHost: clients,
+		MaxConnsPerHost:     0,
+		IdleConnTimeout:     90 * time.Second,
+		DisableKeepAlives:   false,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+
+	// A clean heap for every run, so one run's garbage is not collected on
+	// the next run's clock.
+	runtime.GC()
+
+	begin := time.Now()
+	winStart := begin.Add(o.Warmup)
+	winEnd := winStart.Add(o.Duration)
+
+	// Room for a generous guess of each worker's share, so the hot loop
+	// rarely grows its slice.
+	perWorker := int(200_000*o.Duration.Seconds())/clients + 64
+
+	workers := make([]worker, clients)
+	var wg sync.WaitGroup
+	for i := range workers {
+		w := &workers[i]
+		w.lat = make([]time.Duration, 0, perWorker)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.loop(ctx, client, url, body, winStart, winEnd)
+		}()
+	}
+
+	// The probe's snapshots bracket the same window the workers count in.
+	var probeErr error
+	var actualStart, actualEnd time.Time
+	if sleepUntil(ctx, winStart) {
+		actualStart = time.Now()
+		if probe != nil {
+			probe.atStart()
+		}
+		if sleepUntil(ctx, winEnd) {
+			if probe != nil {
+				probe.atEnd()
+			}
+			actualEnd = time.Now()
+		}
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		probeErr = ctx.Err()
+	}
+
+	r := Result{Mode: mode, Clients: clients, BodyBytes: len(body), Window: o.Duration}
+	if !actualStart.IsZero() && !actualEnd.IsZero() {
+		r.Window = actualEnd.Sub(actualStart)
+	}
+	n := 0
+	for i := range workers {
+		n += len(workers[i].lat)
+	}
+	all := make([]time.Duration, 0, n)
+	for i := range workers {
+		w := &workers[i]
+		all = append(all, w.lat...)
+		r.Errors += w.errs
+		r.TransportErrors += w.transport
+		if r.FirstError == "" {
+			r.FirstError = w.firstError
+		}
+		for code, k := range w.statuses {
+			if r.Statuses == nil {
+				r.Statuses = make(map[int]uint64)
+			}
+			r.Statuses[code] += k
+		}
+		w.lat = nil
+	}
+	slices.Sort(all)
+	r.OK = uint64(len(all))
+	if secs := r.Window.Seconds(); secs > 0 {
+		r.ReqPerSec = float64(r.OK) / secs
+	}
+	r.P50 = Percentile(all, 50)
+	r.P99 = Percentile(all, 99)
+	if len(all) > 0 {
+		r.Max = all[len(all)-1]
+	}
+	return r, probeErr
+}
+
+// loop is one client: post, wait for the whole answer, repeat, until the
+// window closes. Only requests that complete inside [winStart, winEnd) count
+// toward throughput and latency; requests still in flight at winEnd are
+// finished but not counted.
+func (w *worker) loop(ctx context.Context, client *http.Client, url string, body []byte, winStart, winEnd time.Time) {
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		if !t0.Before(winEnd) {
+			return
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			w.fail(0, err)
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			w.fail(0, err)
+			continue
+		}
+		// Read the answer to EOF so the connection goes back to the pool.
+		_, rerr := io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		t1 := time.Now()
+		switch {
+		case rerr != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			w.fail(0, rerr)
+		case resp.StatusCode != http.StatusCreated:
+			w.fail(resp.StatusCode, nil)
+		case !t1.Before(winStart) && t1.Before(winEnd):
+			w.lat = append(w.lat, t1.Sub(t0))
+		}
+	}
+}
+
+func (w *worker) fail(status int, err error) {
+	w.errs++
+	if err != nil {
+		w.transport++
+		if w.firstError == "" {
+			w.firstError = err.Error()
+		}
+		return
+	}
+	if w.statuses == nil {
+		w.statuses = make(map[int]uint64)
+	}
+	w.statuses[status]++
+}
+
+// sleepUntil waits for t; false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Percentile is the nearest-rank p-th percentile of sorted (ascending);
+// zero for an empty slice.
+func Percentile(sorted []time.Duration, p float64) time.Duration {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	// rank = ceil(p/100 * n), 1-based.
+	rank := int(p / 100 * float64(n))
+	if float64(rank) < p/100*float64(n) {
+		rank++
+	}
+	rank = min(max(rank, 1), n)
+	return sorted[rank-1]
+}
+
+// makeBody builds a JSON object of exactly n bytes (n >= 10), or n 'x'
+// bytes when n is too small to hold one.
+func makeBody(n int) []byte {
+	const head, tail = `{"pad":"`, `"}`
+	if n < len(head)+len(tail) {
+		return bytes.Repeat([]byte("x"), n)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, head...)
+	b = append(b, bytes.Repeat([]byte("x"), n-len(head)-len(tail))...)
+	b = append(b, tail...)
+	return b
+}
+
+// sortedCodes lists a status map's keys in order, for stable printing.
+func sortedCodes(m map[int]uint64) []int {
+	codes := make([]int, 0, len(m))
+	for c := range m {
+		codes = append(codes, c)
+	}
+	sort.Ints(codes)
+	return codes
+}
+
+// dataDirFS names the file system under dir, for the header.
+func dataDirFS(dir string) string {
+	name := fsType(dir)
+	if name == "" {
+		return "unknown"
+	}
+	return name
+}
+
+// absOr returns the absolute form of p, or p itself.
+func absOr(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}

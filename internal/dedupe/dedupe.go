@@ -1,0 +1,116 @@
+// Package dedupe extracts the key that identifies a provider's retries of
+// one event. Node-scope storage of keys lives in the queue's writer (the
+// dedupe rows ride in the hook's own batch); this package only decides what
+// the key is.
+package dedupe
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/config"
+)
+
+// MaxKeyBytes: a longer key is stored as "sha256:<hex>", so a provider
+// cannot make dedupe rows arbitrarily large.
+const MaxKeyBytes = 200
+
+// presetHeaders maps a preset to the header that carries its event id.
+// stripe has no header: its event id is the JSON body's "id".
+var presetHeaders = map[string]string{
+	"github":            "X-GitHub-Delivery",
+	"standard_webhooks": "Webhook-Id",
+	"svix":              "Svix-Id",
+	"shopify":           "X-Shopify-Webhook-Id",
+}
+
+var presetJSON = map[string]string{
+	"stripe": "id",
+}
+
+// Extractor finds one source's dedupe key.
+type Extractor struct {
+	header string   // canonical header name, or ""
+	path   []string // JSON path, or nil
+	ttl    time.Duration
+}
+
+// New builds the extractor of a source; nil config means no dedupe.
+func New(c *config.SourceDedupe) *Extractor {
+	if c == nil {
+		return nil
+	}
+	e := &Extractor{ttl: time.Duration(c.TTLSeconds) * time.Second}
+	switch {
+	case c.Preset != "":
+		if h, ok := presetHeaders[c.Preset]; ok {
+			e.header = http.CanonicalHeaderKey(h)
+		} else if p, ok := presetJSON[c.Preset]; ok {
+			e.path = strings.Split(p, ".")
+		}
+	case c.Header != "":
+		e.header = http.CanonicalHeaderKey(c.Header)
+	case c.JSON != "":
+		e.path = strings.Split(c.JSON, ".")
+	}
+	return e
+}
+
+// TTL is how long a key dedupes.
+func (e *Extractor) TTL() time.Duration { return e.ttl }
+
+// Key returns the dedupe key of a request, or "" when the request carries
+// none (such a hook is stored without dedupe, never refused: a missing id
+// must not cost a real hook).
+func (e *Extractor) Key(h http.Header, body []byte) string {
+	if e == nil {
+		return ""
+	}
+	var k string
+	if e.header != "" {
+		k = strings.TrimSpace(h.Get(e.header))
+	} else if e.path != nil {
+		k = jsonKey(body, e.path)
+	}
+	return Normalize(k)
+}
+
+// Normalize hashes keys longer than MaxKeyBytes.
+func Normalize(k string) string {
+	if len(k) <= MaxKeyBytes {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// jsonKey walks path through a JSON object; strings are used as is, numbers
+// by their literal text, anything else (object, array, bool, null, absent)
+// yields no key.
+func jsonKey(body []byte, path []string) string {
+	var cur json.RawMessage = body
+	for _, p := range path {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(cur, &obj); err != nil {
+			return ""
+		}
+		v, ok := obj[p]
+		if !ok {
+			return ""
+		}
+		cur = v
+	}
+	var s string
+	if err := json.Unmarshal(cur, &s); err == nil {
+		return s
+	}
+	var n json.Number
+	if err := json.Unmarshal(cur, &n); err == nil {
+		return n.String()
+	}
+	return ""
+}

@@ -1,0 +1,209 @@
+// Package metrics turns the callbacks of the edge and the commit path into
+// Prometheus series. The core packages never import Prometheus: they call an
+// Observer interface (queue.Observer, the edge's Observer) that Metrics
+// implements, and the registry is passed in by the wiring, never a promauto
+// global.
+//
+// Series names are part of the operator contract (CONTRACTS.md, "Metrics"):
+// renaming one breaks dashboards and alerts.
+//
+// Cardinality: every label value comes from a fixed set below or from a
+// configured source id, never from request input, so the series count does
+// not grow with traffic, tenants or scanners.
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ankusa/ankusa/internal/queue"
+)
+
+// Outcome label values of ankusa_ingest_requests_total. The edge passes one
+// of these; anything else is counted as OutcomeOther so a caller's mistake
+// cannot mint series.
+const (
+	OutcomeAccepted  = "accepted"
+	OutcomeDuplicate = "duplicate"
+	OutcomeRefused   = "refused"
+	OutcomeRejected  = "rejected"
+	OutcomeOther     = "other"
+)
+
+// Refusal reasons of ankusa_ingest_refused_total. A reason outside this set
+// is counted as ReasonOther.
+const (
+	ReasonOverload         = "overload"
+	ReasonStoreUnavailable = "store_unavailable"
+	ReasonPayloadTooLarge  = "payload_too_large"
+	ReasonInvalidHeader    = "invalid_header"
+	ReasonBodyReadFailed   = "body_read_failed"
+	ReasonUnknownSource    = "unknown_source"
+	ReasonClosed           = "closed"
+	ReasonOther            = "other"
+)
+
+var outcomes = []string{OutcomeAccepted, OutcomeDuplicate, OutcomeRefused, OutcomeRejected}
+
+var reasons = []string{
+	ReasonOverload, ReasonStoreUnavailable, ReasonPayloadTooLarge, ReasonInvalidHeader,
+	ReasonBodyReadFailed, ReasonUnknownSource, ReasonClosed,
+}
+
+// Buckets, in seconds. An ingest spans a group commit and one fsync; an
+// apply is memory work; an fsync on a sick disk can take seconds, and those
+// are exactly the ones an operator needs to see.
+var (
+	ingestBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	applyBuckets  = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}
+	syncBuckets   = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	// 1, 2, 4, … 4096 records per group.
+	batchBuckets = prometheus.ExponentialBuckets(1, 2, 13)
+)
+
+// Metrics holds every series of one instance, registered on the registry
+// given to New. It is safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	ingestRequests *prometheus.CounterVec // source_id, outcome
+	ingestDuration prometheus.Histogram
+	ingestRefused  *prometheus.CounterVec // reason
+	loadShed       prometheus.Counter
+
+	commitDuration prometheus.Histogram
+	commitBatch    prometheus.Histogram
+	syncDuration   prometheus.Histogram
+	syncFailures   prometheus.Counter
+}
+
+// The commit path reports through this interface.
+var _ queue.Observer = (*Metrics)(nil)
+
+// New creates the series and registers them on reg. It panics if reg
+// already holds one of them (a wiring mistake: build one Metrics per
+// registry).
+func New(reg *prometheus.Registry) *Metrics {
+	m := &Metrics{
+		reg: reg,
+		ingestRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ankusa_ingest_requests_total",
+			Help: "Ingest requests answered, by configured source id and outcome (accepted, duplicate, refused, rejected).",
+		}, []string{"source_id", "outcome"}),
+		ingestDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ankusa_ingest_duration_seconds",
+			Help:    "Time from the start of an ingest request to its answer.",
+			Buckets: ingestBuckets,
+		}),
+		ingestRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ankusa_ingest_refused_total",
+			Help: "Ingest requests refused, by reason.",
+		}, []string{"reason"}),
+		loadShed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ankusa_load_shed_total",
+			Help: "Ingest requests shed because the batcher was full or a record waited past its deadline.",
+		}),
+		commitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ankusa_wal_commit_duration_seconds",
+			Help:    "Time to build and apply one group commit (without its fsync).",
+			Buckets: applyBuckets,
+		}),
+		commitBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ankusa_wal_commit_batch_size",
+			Help:    "Records taken from the batcher per group commit.",
+			Buckets: batchBuckets,
+		}),
+		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ankusa_wal_sync_duration_seconds",
+			Help:    "Duration of one WAL fsync, failed ones included.",
+			Buckets: syncBuckets,
+		}),
+		syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ankusa_wal_sync_failures_total",
+			Help: "WAL fsyncs that failed; each one fences the store until the unsynced groups are removed.",
+		}),
+	}
+	reg.MustRegister(
+		m.ingestRequests, m.ingestDuration, m.ingestRefused, m.loadShed,
+		m.commitDuration, m.commitBatch, m.syncDuration, m.syncFailures,
+	)
+	// Every reason exists from the start at 0, so rate() and alerts work
+	// before the first refusal.
+	for _, r := range reasons {
+		m.ingestRefused.WithLabelValues(r)
+	}
+	return m
+}
+
+// Ingest counts one answered ingest request and observes its duration.
+//
+// sourceID must be a configured source id (or the edge's single placeholder
+// for unknown sources), never a value read from the request: it becomes a
+// label, and request input there would let any caller grow the series count
+// without bound. outcome is one of the Outcome constants; any other value is
+// counted as OutcomeOther.
+func (m *Metrics) Ingest(sourceID, outcome string, d time.Duration) {
+	m.ingestRequests.WithLabelValues(sourceID, normalise(outcome, outcomes, OutcomeOther)).Inc()
+	m.ingestDuration.Observe(d.Seconds())
+}
+
+// IngestRefused counts one refusal. reason is one of the Reason constants
+// (anything else is counted as ReasonOther); ReasonOverload also counts as
+// load shed.
+func (m *Metrics) IngestRefused(reason string) {
+	reason = normalise(reason, reasons, ReasonOther)
+	m.ingestRefused.WithLabelValues(reason).Inc()
+	if reason == ReasonOverload {
+		m.loadShed.Inc()
+	}
+}
+
+// Group implements queue.Observer: one group commit of records taken from
+// the batcher (written of them were new hooks), applied in apply.
+func (m *Metrics) Group(records, written int, apply time.Duration) {
+	m.commitBatch.Observe(float64(records))
+	m.commitDuration.Observe(apply.Seconds())
+}
+
+// Sync implements queue.Observer: one WAL fsync.
+func (m *Metrics) Sync(d time.Duration, err error) {
+	m.syncDuration.Observe(d.Seconds())
+	if err != nil {
+		m.syncFailures.Inc()
+	}
+}
+
+// WatchQueue registers the gauges read at scrape time: the queue's counters
+// (stats) and the store's size on disk (diskBytes). Both functions must be
+// cheap and safe for concurrent use. Call it once: a second call panics
+// because the series are already registered.
+func (m *Metrics) WatchQueue(stats func() queue.Stats, diskBytes func() uint64) {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	m.reg.MustRegister(
+		gauge("ankusa_store_hooks", "Hooks in the store.",
+			func() float64 { return float64(stats().Hooks) }),
+		gauge("ankusa_store_deliveries", "Delivery rows in the store.",
+			func() float64 { return float64(stats().Deliveries) }),
+		gauge("ankusa_store_disk_bytes", "Size of the store on disk, as Pebble reports it.",
+			func() float64 { return float64(diskBytes()) }),
+		gauge("ankusa_wal_next_seq", "The seq the next hook will get.",
+			func() float64 { return float64(stats().NextSeq) }),
+		gauge("ankusa_wal_durable_seq", "The highest seq covered by a successful WAL fsync.",
+			func() float64 { return float64(stats().DurableSeq) }),
+		gauge("ankusa_queue_depth", "Records in the batcher: queued or awaiting their fsync.",
+			func() float64 { return float64(stats().Queued) }),
+	)
+}
+
+// normalise returns v if it is in set, otherwise other.
+func normalise(v string, set []string, other string) string {
+	for _, s := range set {
+		if s == v {
+			return v
+		}
+	}
+	return other
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite. Needs only Go: every test uses Pebble on a temp dir
+# and loopback listeners; nothing external has to be started for the
+# single-node suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test (all packages, long drills included)"
+go test -count=1 -timeout 10m ./...
+
+echo "== go test -race (core packages)"
+go test -count=1 -race -short -timeout 10m ./internal/store/... ./internal/queue/... ./internal/edge/... ./internal/dedupe/... ./internal/config/... ./internal/admin/... ./internal/metrics/...
