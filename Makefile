@@ -1,6 +1,6 @@
 # The two commands of the README: `make run` and `make test`.
 GO ?= go
-PKGS_RACE := ./internal/store/... ./internal/queue/... ./internal/edge/... ./internal/dedupe/...
+
 
 .PHONY: run test test-quick vet build bench
 

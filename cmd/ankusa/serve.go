@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -69,12 +68,10 @@ func serve(args []string) int {
 // configError prints one line naming every violated key and its rule, and
 // returns 78 (EX_CONFIG) so a supervisor does not restart into the same error.
 func configError(err error) int {
-	msg := err.Error()
-	var errs config.Errors
-	if errors.As(err, &errs) {
-		msg = errs.Error()
-	}
-	msg = strings.Join(strings.Fields(msg), " ")
+	// err names the file ("config ./ankusa.yml: …") and every violation,
+	// joined with "; ". Folding white space keeps YAML parser output on the
+	// one line too.
+	msg := strings.Join(strings.Fields(err.Error()), " ")
 	fmt.Fprintf(os.Stderr, "ankusa: invalid config: %s\n", msg)
 	return config.ExitConfig
 }

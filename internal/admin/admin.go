@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/store"
 )
@@ -23,9 +24,11 @@ import (
 // Deps is what the operator API reads. Config, Store and Queue are
 // required; a nil Registry leaves /metrics unrouted.
 type Deps struct {
-	Config   *config.Config
-	Store    *store.Store
-	Queue    *queue.Queue
+	Config *config.Config
+	Store  *store.Store
+	Queue  *queue.Queue
+	// Dispatch, when set, serves /v1/dlq and /v1/replays.
+	Dispatch *dispatch.Dispatcher
 	Registry *prometheus.Registry
 	Version  string
 	Logger   *slog.Logger
@@ -71,6 +74,9 @@ func New(d Deps) http.Handler {
 	mux.HandleFunc("GET /v1/wal", a.wal)
 	mux.HandleFunc("GET /v1/config", a.config)
 	mux.HandleFunc("GET /v1/hooks/{id}", a.hook)
+	if d.Dispatch != nil {
+		routeDispatch(mux, a)
+	}
 	return jsonErrors(mux)
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/admin"
 	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/metrics"
 	"github.com/ankusa/ankusa/internal/queue"
@@ -49,6 +50,8 @@ type Instance struct {
 	log     *slog.Logger
 	store   *store.Store
 	queue   *queue.Queue
+	disp    *dispatch.Dispatcher
+	targets map[uint16]dispatch.Target
 	metrics *metrics.Metrics
 	reg     *prometheus.Registry
 	version string
@@ -88,6 +91,14 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		return nil, err
 	}
 
+	targets, err := buildTargets(cfg, nums, o.Logger)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	in.targets = targets
+	var disp *dispatch.Dispatcher // set below; the queue's OnDurable wakes it
+
 	onFatal := o.OnFatal
 	if onFatal == nil {
 		onFatal = func(err error) { in.log.Error("store cannot be reopened", "err", err) }
@@ -105,15 +116,44 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		Observer:      in.metrics,
 		Logger:        o.Logger,
 		OnFatal:       onFatal,
+		OnDurable: func() {
+			if disp != nil {
+				disp.Wake()
+			}
+		},
 	})
 	if err != nil {
+		closeTargets(targets)
 		_ = st.Close()
 		return nil, err
 	}
 	in.queue = q
+	dc, rc := cfg.Dispatch, cfg.Retry
+	disp = dispatch.New(st, dispatch.Options{
+		Concurrency:      dc.Concurrency,
+		MaxInflight:      dc.MaxInflight,
+		MaxInflightBytes: dc.MaxInflightBytes,
+		AttemptTimeout:   time.Duration(dc.AttemptTimeoutMs) * time.Millisecond,
+		ScanBatch:        dc.ScanBatch,
+		Poll:             time.Duration(dc.PollMs) * time.Millisecond,
+		BreakerFailures:  dc.BreakerFailures,
+		BreakerCooldown:  time.Duration(dc.BreakerCooldownMs) * time.Millisecond,
+		Retry: dispatch.RetryPolicy{
+			Base:        time.Duration(rc.BaseMs) * time.Millisecond,
+			Max:         time.Duration(rc.MaxMs) * time.Millisecond,
+			MaxAttempts: rc.MaxAttempts,
+		},
+		Targets:   targets,
+		Durable:   q.Durable,
+		OnReclaim: q.Reclaimed,
+		Observer:  in.metrics,
+		Logger:    o.Logger,
+	})
+	in.disp = disp
+	in.metrics.WatchDispatch(disp.Gauges)
 	in.metrics.WatchQueue(q.Stats, st.DiskBytes)
 
-	deps := admin.Deps{Config: cfg, Store: st, Queue: q, Registry: in.reg, Version: o.Version, Logger: o.Logger}
+	deps := admin.Deps{Config: cfg, Store: st, Queue: q, Dispatch: disp, Registry: in.reg, Version: o.Version, Logger: o.Logger}
 	ready := admin.NewReadiness(deps)
 	deps.Readiness = ready // one probe cache for both ports
 	ingestMux := http.NewServeMux()
@@ -152,9 +192,16 @@ func (in *Instance) DurabilityLine() string {
 		"an acked hook is lost only if this host's disk is lost (backups are not configured)", in.store.Dir())
 }
 
-// Start begins serving: the queue's goroutines, then both listeners.
+// Start begins serving: the queue's goroutines, dispatch (when this node
+// has the dispatch role), then both listeners.
 func (in *Instance) Start() error {
 	in.queue.Start()
+	if in.hasRole("dispatch") {
+		if err := in.disp.Start(); err != nil {
+			in.queue.Close()
+			return fmt.Errorf("start dispatch: %w", err)
+		}
+	}
 	var err error
 	in.ingestLn, err = net.Listen("tcp", net.JoinHostPort(in.cfg.HTTP.IP, strconv.Itoa(in.cfg.HTTP.Port)))
 	if err != nil {
@@ -183,6 +230,18 @@ func (in *Instance) Start() error {
 	return nil
 }
 
+func (in *Instance) hasRole(r string) bool {
+	for _, x := range in.cfg.Node.Roles {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+// Dispatcher exposes the delivery stage (tests).
+func (in *Instance) Dispatcher() *dispatch.Dispatcher { return in.disp }
+
 // IngestAddr and AdminAddr are the bound addresses (useful with port 0).
 func (in *Instance) IngestAddr() string { return in.ingestLn.Addr().String() }
 func (in *Instance) AdminAddr() string  { return in.adminLn.Addr().String() }
@@ -204,7 +263,12 @@ func (in *Instance) Stop(ctx context.Context) error {
 	if in.adminSrv != nil {
 		errs = append(errs, in.adminSrv.Shutdown(ctx))
 	}
+	// Dispatch stops first: its cancelled attempts stay inflight and return
+	// to due at the next start; then the queue syncs and answers its last
+	// groups; the store closes last.
+	in.disp.Stop()
 	in.queue.Close()
+	closeTargets(in.targets)
 	errs = append(errs, in.store.Close())
 	in.log.Info("ankusa stopped")
 	return errors.Join(errs...)

@@ -112,8 +112,16 @@ type Result struct {
 	// FirstError is the first transport error seen, if any.
 	FirstError string
 
-	// Disk mode only: fsyncs and hooks written during the window (the
-	// queue's Stats().Syncs and Stats().Hooks deltas).
+	// CPU is the CPU this process (load generator, server and, in disk
+	// mode, Pebble's background work) used during the window, in cores;
+	// -1 when unknown. OtherCPU is the host CPU not billed to this process
+	// during the window (other processes, steal, interrupt handling), in
+	// cores: well above zero means the figures were disturbed.
+	CPU, OtherCPU float64
+
+	// Disk mode only: successful fsyncs during the window (Stats().Syncs
+	// delta) and hooks they made durable, i.e. acked (Stats().DurableSeq
+	// delta).
 	Fsyncs       uint64
 	Hooks        uint64
 	FsyncsPerSec float64
@@ -229,17 +237,20 @@ func runDisk(ctx context.Context, o *Options, root string, clients int, body []b
 	}()
 	url := "http://" + in.IngestAddr() + cfg.HTTP.Prefix + "/demo"
 	q := in.Queue()
-	var s0, s1 struct{ syncs, hooks uint64 }
+	// Hooks made durable are counted by durable_seq: seqs are dense, one per
+	// hook written, and durable_seq rises only with a successful fsync.
+	// (Stats().Hooks is a gauge of stored hooks: dispatch lowers it.)
+	var s0, s1 struct{ syncs, durable uint64 }
 	probe := &windowProbe{
-		atStart: func() { st := q.Stats(); s0.syncs, s0.hooks = st.Syncs, st.Hooks },
-		atEnd:   func() { st := q.Stats(); s1.syncs, s1.hooks = st.Syncs, st.Hooks },
+		atStart: func() { st := q.Stats(); s0.syncs, s0.durable = st.Syncs, st.DurableSeq },
+		atEnd:   func() { st := q.Stats(); s1.syncs, s1.durable = st.Syncs, st.DurableSeq },
 	}
 	r, err := drive(ctx, o, ModeDisk, clients, url, body, probe)
 	if err != nil {
 		return r, err
 	}
 	r.Fsyncs = s1.syncs - s0.syncs
-	r.Hooks = s1.hooks - s0.hooks
+	r.Hooks = s1.durable - s0.durable
 	if secs := r.Window.Seconds(); secs > 0 {
 		r.FsyncsPerSec = float64(r.Fsyncs) / secs
 	}
@@ -307,8 +318,13 @@ func drive(ctx context.Context, o *Options, mode Mode, clients int, url string, 
 	// The probe's snapshots bracket the same window the workers count in.
 	var probeErr error
 	var actualStart, actualEnd time.Time
+	var cpu0, cpu1, busy0, busy1 time.Duration
+	cpuOK := false
 	if sleepUntil(ctx, winStart) {
 		actualStart = time.Now()
+		c0, ok0 := processCPU()
+		b0, ok1 := hostBusy()
+		cpu0, busy0 = c0, b0
 		if probe != nil {
 			probe.atStart()
 		}
@@ -316,6 +332,10 @@ func drive(ctx context.Context, o *Options, mode Mode, clients int, url string, 
 			if probe != nil {
 				probe.atEnd()
 			}
+			c1, ok2 := processCPU()
+			b1, ok3 := hostBusy()
+			cpu1, busy1 = c1, b1
+			cpuOK = ok0 && ok1 && ok2 && ok3
 			actualEnd = time.Now()
 		}
 	}
@@ -324,9 +344,13 @@ func drive(ctx context.Context, o *Options, mode Mode, clients int, url string, 
 		probeErr = ctx.Err()
 	}
 
-	r := Result{Mode: mode, Clients: clients, BodyBytes: len(body), Window: o.Duration}
+	r := Result{Mode: mode, Clients: clients, BodyBytes: len(body), Window: o.Duration, CPU: -1, OtherCPU: -1}
 	if !actualStart.IsZero() && !actualEnd.IsZero() {
 		r.Window = actualEnd.Sub(actualStart)
+	}
+	if secs := r.Window.Seconds(); cpuOK && secs > 0 {
+		r.CPU = (cpu1 - cpu0).Seconds() / secs
+		r.OtherCPU = max(0, ((busy1-busy0)-(cpu1-cpu0)).Seconds()/secs)
 	}
 	n := 0
 	for i := range workers {

@@ -19,6 +19,12 @@ const (
 	TargetBodyBytes    = 1024
 )
 
+// NoisyOtherCPU is the host CPU (in cores) not billed to the bench process
+// above which a run is flagged as disturbed. The kernel's loopback network
+// work is partly billed outside the process, so a quiet host shows up to
+// about 0.1.
+const NoisyOtherCPU = 0.2
+
 // TargetLine echoes the targets as the issue states them.
 const TargetLine = "target: disk >= 0.6x null at C=512,B=1KiB; p99 < 50 ms at C=64"
 
@@ -114,7 +120,11 @@ func Evaluate(rs []Result) Verdict {
 
 // FormatResult is the one-line form of a result, e.g.
 //
-//	disk  C=512 B=1024  req/s=12345  p50=3.1ms  p99=12.4ms  fsyncs/s=400  mean_group=30.8  errors=0
+//	disk  C=512 B=1024  req/s=12345  p50=3.1ms  p99=12.4ms  fsyncs/s=400  mean_group=30.8  errors=0  cpu=1.55 other_cpu=0.02 cpu/req=107us
+//
+// cpu is the cores this process used during the window, other_cpu the host
+// CPU used by anything else (a disturbed run), cpu/req the process CPU per
+// 201 (load generator included, so comparable only between modes).
 func FormatResult(r Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-4s  C=%d B=%d  req/s=%.0f  p50=%s  p99=%s", r.Mode, r.Clients, r.BodyBytes, r.ReqPerSec, fmtDur(r.P50), fmtDur(r.P99))
@@ -122,6 +132,12 @@ func FormatResult(r Result) string {
 		fmt.Fprintf(&b, "  fsyncs/s=%.0f  mean_group=%.1f", r.FsyncsPerSec, r.MeanGroup)
 	}
 	fmt.Fprintf(&b, "  errors=%d", r.Errors)
+	if r.CPU >= 0 {
+		fmt.Fprintf(&b, "  cpu=%.2f other_cpu=%.2f", r.CPU, r.OtherCPU)
+		if r.OK > 0 {
+			fmt.Fprintf(&b, " cpu/req=%.0fus", r.CPU*r.Window.Seconds()/float64(r.OK)*1e6)
+		}
+	}
 	if r.Errors > 0 {
 		var parts []string
 		for _, code := range sortedCodes(r.Statuses) {
@@ -166,6 +182,15 @@ func PrintSummary(w io.Writer, rs []Result) Verdict {
 	}
 	if d, ok := find(rs, ModeDisk, TargetP99Clients); ok {
 		fmt.Fprintf(w, "p99 disk C=%d: %s (p50 %s, max %s)\n", TargetP99Clients, fmtDur(d.P99), fmtDur(d.P50), fmtDur(d.Max))
+	}
+	var noisy []string
+	for _, r := range rs {
+		if r.OtherCPU > NoisyOtherCPU {
+			noisy = append(noisy, fmt.Sprintf("%s C=%d (other_cpu=%.2f)", r.Mode, r.Clients, r.OtherCPU))
+		}
+	}
+	if len(noisy) > 0 {
+		fmt.Fprintf(w, "WARNING: other work on the host took CPU during %s; those figures are disturbed, run again on a quiet host\n", strings.Join(noisy, ", "))
 	}
 	v := Evaluate(rs)
 	fmt.Fprintln(w, TargetLine)

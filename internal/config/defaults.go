@@ -34,6 +34,24 @@ const (
 	defaultSweepBatch     = 1_000
 	defaultVerifyType     = "none"
 	defaultDedupeTTL      = 259_200
+
+	defaultConcurrency       = 32
+	defaultMaxInflight       = 1_000
+	defaultMaxInflightBytes  = 64 << 20
+	defaultAttemptTimeoutMs  = 30_000
+	defaultScanBatch         = 256
+	defaultPollMs            = 1_000
+	defaultBreakerFailures   = 5
+	defaultBreakerCooldownMs = 10_000
+
+	defaultRetryBaseMs      = 100
+	defaultRetryMaxMs       = 300_000
+	defaultRetryMaxAttempts = 84
+
+	// Sink timeouts: an HTTP POST is one round trip; a broker publish may
+	// wait for a leader election or a reconnect, hence the longer default.
+	defaultHTTPSinkTimeoutMs   = 5_000
+	defaultBrokerSinkTimeoutMs = 10_000
 )
 
 // DefaultPath is the file Load reads when no path is named and
@@ -100,6 +118,21 @@ func applyDefaults(c *Config, given func(key string) bool) {
 	def(given, "dedupe.sweep_interval_ms", &c.Dedupe.SweepIntervalMs, defaultSweepInterval)
 	def(given, "dedupe.sweep_batch", &c.Dedupe.SweepBatch, defaultSweepBatch)
 
+	d := &c.Dispatch
+	def(given, "dispatch.concurrency", &d.Concurrency, defaultConcurrency)
+	def(given, "dispatch.max_inflight", &d.MaxInflight, defaultMaxInflight)
+	def(given, "dispatch.max_inflight_bytes", &d.MaxInflightBytes, defaultMaxInflightBytes)
+	def(given, "dispatch.attempt_timeout_ms", &d.AttemptTimeoutMs, defaultAttemptTimeoutMs)
+	def(given, "dispatch.scan_batch", &d.ScanBatch, defaultScanBatch)
+	def(given, "dispatch.poll_ms", &d.PollMs, defaultPollMs)
+	def(given, "dispatch.breaker_failures", &d.BreakerFailures, defaultBreakerFailures)
+	def(given, "dispatch.breaker_cooldown_ms", &d.BreakerCooldownMs, defaultBreakerCooldownMs)
+
+	r := &c.Retry
+	def(given, "retry.base_ms", &r.BaseMs, defaultRetryBaseMs)
+	def(given, "retry.max_ms", &r.MaxMs, defaultRetryMaxMs)
+	def(given, "retry.max_attempts", &r.MaxAttempts, defaultRetryMaxAttempts)
+
 	ids := make([]string, 0, len(c.Sources))
 	for id := range c.Sources {
 		ids = append(ids, id)
@@ -114,7 +147,22 @@ func applyDefaults(c *Config, given func(key string) bool) {
 		}
 		for i := range s.Sinks {
 			k := &s.Sinks[i]
-			def(given, fmt.Sprintf("%s.sinks[%d].id", p, i), &k.ID, k.Type)
+			sp := fmt.Sprintf("%s.sinks[%d]", p, i)
+			def(given, sp+".id", &k.ID, k.Type)
+			// Every present block gets its timeout, even one that does not
+			// match the type: Validate reports the mismatch, not a range.
+			if k.HTTP != nil {
+				def(given, sp+".http.timeout_ms", &k.HTTP.TimeoutMs, defaultHTTPSinkTimeoutMs)
+			}
+			if k.Kafka != nil {
+				def(given, sp+".kafka.timeout_ms", &k.Kafka.TimeoutMs, defaultBrokerSinkTimeoutMs)
+			}
+			if k.NATS != nil {
+				def(given, sp+".nats.timeout_ms", &k.NATS.TimeoutMs, defaultBrokerSinkTimeoutMs)
+			}
+			if k.RabbitMQ != nil {
+				def(given, sp+".rabbitmq.timeout_ms", &k.RabbitMQ.TimeoutMs, defaultBrokerSinkTimeoutMs)
+			}
 		}
 		c.Sources[id] = s
 	}

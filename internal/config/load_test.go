@@ -25,6 +25,14 @@ func TestUnknownKeyNamesDottedPath(t *testing.T) {
 		{"source dedupe", "sources:\n  demo:\n    dedupe: {header: X-Id, colour: red}\n    sinks: [{type: log}]\n", "sources.demo.dedupe.colour: unknown key"},
 		{"sink", "sources:\n  demo:\n    sinks:\n      - type: log\n        colour: red\n", "sources.demo.sinks[0].colour: unknown key"},
 		{"second sink", "sources:\n  demo:\n    sinks:\n      - type: log\n      - {id: b, type: log, colour: red}\n", "sources.demo.sinks[1].colour: unknown key"},
+		{"dispatch", "dispatch: {workers: 4}\n" + minimal, "dispatch.workers: unknown key"},
+		{"retry", "retry: {jitter: 0.5}\n" + minimal, "retry.jitter: unknown key"},
+		{"http sink", "sources:\n  demo:\n    sinks:\n      - {type: http, http: {url: https://x.example, method: PUT}}\n", "sources.demo.sinks[0].http.method: unknown key"},
+		{"kafka sasl", "sources:\n  demo:\n    sinks:\n      - {type: kafka, kafka: {brokers: [\"k:9092\"], topic: t, sasl: {mechanism: plain, username: u, password: p, realm: r}}}\n", "sources.demo.sinks[0].kafka.sasl.realm: unknown key"},
+		{"kafka tls", "sources:\n  demo:\n    sinks:\n      - {type: kafka, kafka: {brokers: [\"k:9092\"], topic: t, tls: {verify: false}}}\n", "sources.demo.sinks[0].kafka.tls.verify: unknown key"},
+		{"nats sink", "sources:\n  demo:\n    sinks:\n      - {type: nats, nats: {url: nats://n, subject: s, stream: S}}\n", "sources.demo.sinks[0].nats.stream: unknown key"},
+		{"rabbitmq sink", "sources:\n  demo:\n    sinks:\n      - {type: rabbitmq, rabbitmq: {url: amqp://h, routing_key: r, queue: q}}\n", "sources.demo.sinks[0].rabbitmq.queue: unknown key"},
+		{"unknown sink block", "sources:\n  demo:\n    sinks:\n      - {type: log, sqs: {queue: q}}\n", "sources.demo.sinks[0].sqs: unknown key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -143,8 +151,19 @@ sources:
 `, noEnv)
 	want := config.Default()
 	if !reflect.DeepEqual(c.Node, want.Node) || c.HTTP != want.HTTP || c.Admin != want.Admin ||
-		c.Log != want.Log || c.Batcher != want.Batcher || c.WAL != want.WAL || c.Dedupe != want.Dedupe {
+		c.Log != want.Log || c.Batcher != want.Batcher || c.WAL != want.WAL || c.Dedupe != want.Dedupe ||
+		c.Dispatch != want.Dispatch || c.Retry != want.Retry {
 		t.Fatalf("defaults differ:\n got %+v\nwant %+v", c, want)
+	}
+	wantDispatch := config.DispatchConfig{
+		Concurrency: 32, MaxInflight: 1_000, MaxInflightBytes: 64 << 20, AttemptTimeoutMs: 30_000,
+		ScanBatch: 256, PollMs: 1_000, BreakerFailures: 5, BreakerCooldownMs: 10_000,
+	}
+	if c.Dispatch != wantDispatch {
+		t.Fatalf("dispatch = %+v, want %+v", c.Dispatch, wantDispatch)
+	}
+	if wantRetry := (config.RetryConfig{BaseMs: 100, MaxMs: 300_000, MaxAttempts: 84}); c.Retry != wantRetry {
+		t.Fatalf("retry = %+v, want %+v", c.Retry, wantRetry)
 	}
 	s := c.Sources["demo"]
 	if s.Verify.Type != "none" || s.Sinks[0].ID != "log" || s.Dedupe.TTLSeconds != 259_200 {
@@ -170,6 +189,36 @@ batcher: {max_delay_ms: 0, partitions: 8}
 	if c.Batcher.MaxDelayMs != 5 {
 		t.Fatalf("max_delay_ms = %d, want 5", c.Batcher.MaxDelayMs)
 	}
+
+	c = mustLoad(t, `
+dispatch:
+  concurrency: 8
+  max_inflight: 8
+  max_inflight_bytes: 16777216
+  attempt_timeout_ms: 1000
+  scan_batch: 1
+  poll_ms: 10
+  breaker_failures: 1
+  breaker_cooldown_ms: 100
+retry: {base_ms: 1, max_ms: 1, max_attempts: 1}
+`+minimal, noEnv)
+	wantDispatch := config.DispatchConfig{
+		Concurrency: 8, MaxInflight: 8, MaxInflightBytes: 16 << 20, AttemptTimeoutMs: 1_000,
+		ScanBatch: 1, PollMs: 10, BreakerFailures: 1, BreakerCooldownMs: 100,
+	}
+	if c.Dispatch != wantDispatch {
+		t.Fatalf("dispatch = %+v, want %+v", c.Dispatch, wantDispatch)
+	}
+	if wantRetry := (config.RetryConfig{BaseMs: 1, MaxMs: 1, MaxAttempts: 1}); c.Retry != wantRetry {
+		t.Fatalf("retry = %+v, want %+v", c.Retry, wantRetry)
+	}
+}
+
+// An explicit 0 on a new key is reported, not defaulted.
+func TestExplicitZeroDispatchRetry(t *testing.T) {
+	_, err := config.LoadBytes([]byte("dispatch: {concurrency: 0}\nretry: {max_attempts: 0}\n"+minimal), noEnv)
+	wantViolation(t, err, "dispatch.concurrency", "must be between 1 and 1024, got 0")
+	wantViolation(t, err, "retry.max_attempts", "must be between 1 and 10000, got 0")
 }
 
 func TestNullMeansDefault(t *testing.T) {

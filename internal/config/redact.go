@@ -34,7 +34,43 @@ func shownInClear() []string {
 		"sources.*.dedupe.json",
 		"sources.*.sinks[].id",
 		"sources.*.sinks[].type",
+		// http: the URL only. Header values and the secret stay hidden;
+		// header names are map keys, and keys are always shown.
+		"sources.*.sinks[].http.url",
+		"sources.*.sinks[].kafka.brokers[]",
+		"sources.*.sinks[].kafka.topic",
+		"sources.*.sinks[].kafka.sasl.mechanism",
+		"sources.*.sinks[].kafka.sasl.username",
+		"sources.*.sinks[].kafka.tls.ca_file",
+		"sources.*.sinks[].kafka.tls.cert_file",
+		"sources.*.sinks[].kafka.tls.key_file", // a path, not the key
+		"sources.*.sinks[].nats.url",
+		"sources.*.sinks[].nats.subject",
+		"sources.*.sinks[].nats.user",
+		"sources.*.sinks[].nats.creds_file",
+		"sources.*.sinks[].nats.nkey_file",
+		"sources.*.sinks[].rabbitmq.url",
+		"sources.*.sinks[].rabbitmq.exchange",
+		"sources.*.sinks[].rabbitmq.routing_key",
 	}
+}
+
+// shownAs overrides how an allowlisted value is shown; the default is
+// redactURL. Sink URLs always parse in a validated config, so one that does
+// not is hidden whole rather than shown with its password in an unknown
+// place.
+func shownAs() map[string]func(string) string {
+	return map[string]func(string) string{
+		"sources.*.sinks[].http.url":     redactTokenURL,
+		"sources.*.sinks[].rabbitmq.url": redactURLStrict,
+		"sources.*.sinks[].nats.url":     redactNATSURLs,
+	}
+}
+
+// allowRule is one parsed entry of shownInClear.
+type allowRule struct {
+	pattern []string
+	show    func(string) string
 }
 
 // Redacted returns the effective configuration as a JSON-ready tree for
@@ -55,9 +91,14 @@ func (c *Config) Redacted() map[string]any {
 	if err := dec.Decode(&tree); err != nil {
 		return map[string]any{"error": "config: unmarshal: " + err.Error()}
 	}
-	allow := make([][]string, 0, 32)
+	overrides := shownAs()
+	allow := make([]allowRule, 0, 48)
 	for _, p := range shownInClear() {
-		allow = append(allow, strings.Split(p, "."))
+		show := overrides[p]
+		if show == nil {
+			show = redactURL
+		}
+		allow = append(allow, allowRule{strings.Split(p, "."), show})
 	}
 	redactTree(tree, nil, allow)
 	return tree
@@ -65,8 +106,9 @@ func (c *Config) Redacted() map[string]any {
 
 // redactTree rewrites v in place and returns it. path holds one segment per
 // map key; list items add "[]" to their parent's segment, so patterns never
-// depend on indexes.
-func redactTree(v any, path []string, allow [][]string) any {
+// depend on indexes. Map keys themselves (source ids, HTTP header names)
+// are always shown; only string values are redacted.
+func redactTree(v any, path []string, allow []allowRule) any {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
@@ -81,10 +123,11 @@ func redactTree(v any, path []string, allow [][]string) any {
 			x[i] = redactTree(e, item, allow)
 		}
 	case string:
-		if !slices.ContainsFunc(allow, func(p []string) bool { return matchPath(p, path) }) {
+		i := slices.IndexFunc(allow, func(r allowRule) bool { return matchPath(r.pattern, path) })
+		if i < 0 {
 			return redacted
 		}
-		return redactURL(x)
+		return allow[i].show(x)
 	}
 	return v
 }
@@ -102,21 +145,60 @@ func matchPath(pattern, path []string) bool {
 }
 
 // redactURL hides the password and every query value of an absolute URL and
-// returns anything else unchanged. It rebuilds the string by hand because
-// url.URL.String would percent-encode "[REDACTED]".
-func redactURL(s string) string {
+// returns anything else unchanged.
+func redactURL(s string) string { return hideURLSecrets(s, false) }
+
+// redactURLStrict is redactURL for values that must be URLs: one that does
+// not parse is hidden whole.
+func redactURLStrict(s string) string {
+	if _, err := url.Parse(s); err != nil {
+		return redacted
+	}
+	return redactURL(s)
+}
+
+// redactTokenURL is redactURLStrict that also hides a user name standing
+// alone: in https://key@host (basic auth without a password) and
+// nats://token@host, it is the credential.
+func redactTokenURL(s string) string {
+	if _, err := url.Parse(s); err != nil {
+		return redacted
+	}
+	return hideURLSecrets(s, true)
+}
+
+// redactNATSURLs applies redactTokenURL to each URL of a comma-separated
+// list.
+func redactNATSURLs(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		parts[i] = redactTokenURL(strings.TrimSpace(p))
+	}
+	return strings.Join(parts, ",")
+}
+
+// hideURLSecrets hides the password and every query value of an absolute
+// URL, and the user name too when it stands alone and userIsSecret (a
+// token). Anything else is returned unchanged. It rebuilds the string by
+// hand because url.URL.String would percent-encode "[REDACTED]".
+func hideURLSecrets(s string, userIsSecret bool) string {
 	u, err := url.Parse(s)
 	if err != nil || u.Scheme == "" || (u.Host == "" && u.User == nil) {
 		return s
 	}
 	_, hasPass := u.User.Password()
-	if !hasPass && u.RawQuery == "" {
+	hideUser := userIsSecret && u.User != nil && !hasPass
+	if !hasPass && !hideUser && u.RawQuery == "" {
 		return s
 	}
 	var b strings.Builder
 	b.WriteString(u.Scheme + "://")
 	if u.User != nil {
-		b.WriteString(url.User(u.User.Username()).String())
+		if hideUser {
+			b.WriteString(redacted)
+		} else {
+			b.WriteString(url.User(u.User.Username()).String())
+		}
 		if hasPass {
 			b.WriteString(":" + redacted)
 		}

@@ -7,14 +7,44 @@ package config
 
 // Config is the whole effective configuration of one instance.
 type Config struct {
-	Node    NodeConfig              `yaml:"node" json:"node"`
-	HTTP    HTTPConfig              `yaml:"http" json:"http"`
-	Admin   AdminConfig             `yaml:"admin" json:"admin"`
-	Log     LogConfig               `yaml:"log" json:"log"`
-	Batcher BatcherConfig           `yaml:"batcher" json:"batcher"`
-	WAL     WALConfig               `yaml:"wal" json:"wal"`
-	Dedupe  DedupeConfig            `yaml:"dedupe" json:"dedupe"`
-	Sources map[string]SourceConfig `yaml:"sources" json:"sources"`
+	Node     NodeConfig              `yaml:"node" json:"node"`
+	HTTP     HTTPConfig              `yaml:"http" json:"http"`
+	Admin    AdminConfig             `yaml:"admin" json:"admin"`
+	Log      LogConfig               `yaml:"log" json:"log"`
+	Batcher  BatcherConfig           `yaml:"batcher" json:"batcher"`
+	WAL      WALConfig               `yaml:"wal" json:"wal"`
+	Dedupe   DedupeConfig            `yaml:"dedupe" json:"dedupe"`
+	Dispatch DispatchConfig          `yaml:"dispatch" json:"dispatch"`
+	Retry    RetryConfig             `yaml:"retry" json:"retry"`
+	Sources  map[string]SourceConfig `yaml:"sources" json:"sources"`
+}
+
+// DispatchConfig bounds delivery.
+type DispatchConfig struct {
+	// Concurrency is how many deliveries run at once. Default 32, 1..1024.
+	Concurrency int `yaml:"concurrency" json:"concurrency"`
+	// MaxInflight bounds claimed (inflight) rows. Default 1_000, 1..100_000; >= concurrency.
+	MaxInflight int `yaml:"max_inflight" json:"max_inflight"`
+	// MaxInflightBytes bounds the bodies held by claimed rows. Default 64 MiB, 1 MiB..16 GiB.
+	MaxInflightBytes int64 `yaml:"max_inflight_bytes" json:"max_inflight_bytes"`
+	// AttemptTimeoutMs kills one attempt. Default 30_000, 100..600_000.
+	AttemptTimeoutMs int `yaml:"attempt_timeout_ms" json:"attempt_timeout_ms"`
+	// ScanBatch is how many due rows one scan claims. Default 256, 1..10_000.
+	ScanBatch int `yaml:"scan_batch" json:"scan_batch"`
+	// PollMs is the idle re-scan interval (commits wake dispatch sooner). Default 1_000, 10..60_000.
+	PollMs int `yaml:"poll_ms" json:"poll_ms"`
+	// BreakerFailures consecutive failures open a sink's breaker. Default 5, 1..1_000.
+	BreakerFailures int `yaml:"breaker_failures" json:"breaker_failures"`
+	// BreakerCooldownMs is how long an open breaker parks rows before one probe. Default 10_000, 100..3_600_000.
+	BreakerCooldownMs int `yaml:"breaker_cooldown_ms" json:"breaker_cooldown_ms"`
+}
+
+// RetryConfig is the delivery retry policy:
+// delay = min(max_ms, base_ms * 2^(attempt-1)) * jitter in [0.5, 1.0].
+type RetryConfig struct {
+	BaseMs      int `yaml:"base_ms" json:"base_ms"`           // default 100, 1..3_600_000
+	MaxMs       int `yaml:"max_ms" json:"max_ms"`             // default 300_000, 1..86_400_000; >= base_ms
+	MaxAttempts int `yaml:"max_attempts" json:"max_attempts"` // default 84, 1..10_000
 }
 
 // NodeConfig identifies the instance and where it keeps its data.
@@ -111,10 +141,73 @@ type SourceDedupe struct {
 	TTLSeconds int `yaml:"ttl_seconds" json:"ttl_seconds"`
 }
 
-// SinkConfig is one delivery target of a source.
+// SinkConfig is one delivery target of a source. Exactly the block named
+// by Type may be set (log has none): each sink type declares its own keys.
 type SinkConfig struct {
 	// ID is unique within the source, [a-z0-9_-]{1,32}. Default: the type.
 	ID string `yaml:"id" json:"id"`
-	// Type: "log" for now.
-	Type string `yaml:"type" json:"type"`
+	// Type: log | http | kafka | nats | rabbitmq.
+	Type     string        `yaml:"type" json:"type"`
+	HTTP     *HTTPSink     `yaml:"http" json:"http,omitempty"`
+	Kafka    *KafkaSink    `yaml:"kafka" json:"kafka,omitempty"`
+	NATS     *NATSSink     `yaml:"nats" json:"nats,omitempty"`
+	RabbitMQ *RabbitMQSink `yaml:"rabbitmq" json:"rabbitmq,omitempty"`
+}
+
+// HTTPSink POSTs the raw body to a URL.
+type HTTPSink struct {
+	URL       string            `yaml:"url" json:"url"`               // required, http or https
+	TimeoutMs int               `yaml:"timeout_ms" json:"timeout_ms"` // default 5_000, 100..600_000
+	Headers   map[string]string `yaml:"headers" json:"headers,omitempty"`
+	// Secret, when set, signs outgoing requests the Standard Webhooks way
+	// (webhook-id, webhook-timestamp, webhook-signature): "whsec_<base64>" or raw.
+	// The HMAC key is the decoded base64 or the raw bytes, at least 16 bytes
+	// either way; use SigningKey rather than decoding it again.
+	Secret string `yaml:"secret" json:"secret,omitempty"`
+}
+
+// KafkaSink produces to an existing topic (never created by Ankusa).
+type KafkaSink struct {
+	Brokers   []string `yaml:"brokers" json:"brokers"` // required, host:port
+	Topic     string   `yaml:"topic" json:"topic"`     // required
+	TimeoutMs int      `yaml:"timeout_ms" json:"timeout_ms"`
+	SASL      *SASL    `yaml:"sasl" json:"sasl,omitempty"`
+	TLS       *TLS     `yaml:"tls" json:"tls,omitempty"`
+}
+
+// SASL credentials for Kafka.
+type SASL struct {
+	Mechanism string `yaml:"mechanism" json:"mechanism"` // plain | scram-sha-256 | scram-sha-512
+	Username  string `yaml:"username" json:"username"`
+	Password  string `yaml:"password" json:"password"`
+}
+
+// TLS client settings. The files and InsecureSkipVerify require Enabled
+// (Validate refuses them with TLS off, where they would be ignored).
+type TLS struct {
+	Enabled            bool   `yaml:"enabled" json:"enabled"`
+	CAFile             string `yaml:"ca_file" json:"ca_file,omitempty"`
+	CertFile           string `yaml:"cert_file" json:"cert_file,omitempty"`
+	KeyFile            string `yaml:"key_file" json:"key_file,omitempty"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" json:"insecure_skip_verify"`
+}
+
+// NATSSink publishes to a JetStream stream that already covers Subject.
+type NATSSink struct {
+	URL       string `yaml:"url" json:"url"`         // required, nats://host:port[,…]
+	Subject   string `yaml:"subject" json:"subject"` // required
+	TimeoutMs int    `yaml:"timeout_ms" json:"timeout_ms"`
+	User      string `yaml:"user" json:"user,omitempty"`
+	Password  string `yaml:"password" json:"password,omitempty"`
+	Token     string `yaml:"token" json:"token,omitempty"`
+	CredsFile string `yaml:"creds_file" json:"creds_file,omitempty"`
+	NKeyFile  string `yaml:"nkey_file" json:"nkey_file,omitempty"`
+}
+
+// RabbitMQSink publishes with confirms to an existing exchange.
+type RabbitMQSink struct {
+	URL        string `yaml:"url" json:"url"`                 // required, amqp:// or amqps://
+	Exchange   string `yaml:"exchange" json:"exchange"`       // "" = the default exchange
+	RoutingKey string `yaml:"routing_key" json:"routing_key"` // required
+	TimeoutMs  int    `yaml:"timeout_ms" json:"timeout_ms"`
 }

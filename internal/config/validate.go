@@ -31,6 +31,8 @@ func (c *Config) Validate() error {
 	v.oneOf("dedupe.scope", c.Dedupe.Scope, []string{"node"}, []string{"fleet"}, "")
 	intRange(v, "dedupe.sweep_interval_ms", c.Dedupe.SweepIntervalMs, 1_000, 3_600_000)
 	intRange(v, "dedupe.sweep_batch", c.Dedupe.SweepBatch, 1, 100_000)
+	c.validateDispatch(v)
+	c.validateRetry(v)
 	c.validateSources(v)
 	if len(v.errs) == 0 {
 		return nil // not a nil Errors: callers compare err != nil
@@ -120,6 +122,37 @@ func (c *Config) validateBatcher(v *validator) {
 	}
 }
 
+func (c *Config) validateDispatch(v *validator) {
+	d := c.Dispatch
+	intRange(v, "dispatch.concurrency", d.Concurrency, 1, 1_024)
+	intRange(v, "dispatch.max_inflight", d.MaxInflight, 1, 100_000)
+	intRange(v, "dispatch.max_inflight_bytes", d.MaxInflightBytes, 1<<20, 16<<30)
+	intRange(v, "dispatch.attempt_timeout_ms", d.AttemptTimeoutMs, 100, 600_000)
+	intRange(v, "dispatch.scan_batch", d.ScanBatch, 1, 10_000)
+	intRange(v, "dispatch.poll_ms", d.PollMs, 10, 60_000)
+	intRange(v, "dispatch.breaker_failures", d.BreakerFailures, 1, 1_000)
+	intRange(v, "dispatch.breaker_cooldown_ms", d.BreakerCooldownMs, 100, 3_600_000)
+
+	// Workers beyond the claimed rows would have nothing to deliver.
+	if v.ok("dispatch.concurrency", "dispatch.max_inflight") && d.MaxInflight < d.Concurrency {
+		v.add("dispatch.max_inflight", "must be at least dispatch.concurrency (%d), got %d", d.Concurrency, d.MaxInflight)
+	}
+	// No rule ties max_inflight_bytes to http.max_body_bytes: dispatch
+	// always claims one delivery when none is in flight, whatever its size.
+}
+
+func (c *Config) validateRetry(v *validator) {
+	r := c.Retry
+	intRange(v, "retry.base_ms", r.BaseMs, 1, 3_600_000)
+	intRange(v, "retry.max_ms", r.MaxMs, 1, 86_400_000)
+	intRange(v, "retry.max_attempts", r.MaxAttempts, 1, 10_000)
+	// The cap applies to the first delay too, so max_ms < base_ms would
+	// silently replace base_ms.
+	if v.ok("retry.base_ms", "retry.max_ms") && r.MaxMs < r.BaseMs {
+		v.add("retry.max_ms", "must be at least retry.base_ms (%d), got %d", r.BaseMs, r.MaxMs)
+	}
+}
+
 func (c *Config) validateSources(v *validator) {
 	if len(c.Sources) == 0 {
 		v.add("sources", "at least one source is required")
@@ -156,7 +189,7 @@ func (c *Config) validateSources(v *validator) {
 		seen := map[string]int{}
 		for i, k := range s.Sinks {
 			sp := fmt.Sprintf("%s.sinks[%d]", p, i)
-			typeOK := v.oneOf(sp+".type", k.Type, []string{"log"}, nil, "other sink types arrive in a later version")
+			typeOK := validateSink(v, sp, &k)
 			if k.ID == "" && !typeOK {
 				continue // the id defaults to the type, already reported
 			}

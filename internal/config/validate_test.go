@@ -8,10 +8,10 @@ import (
 	"github.com/ankusa/ankusa/internal/config"
 )
 
-// withDedupe returns Default() whose demo source dedupes on a header, so
-// the per-source dedupe keys exist.
+// withDedupe returns allSinks() whose demo source dedupes on a header, so
+// the per-source dedupe keys and every sink block's keys exist.
 func withDedupe() *config.Config {
-	c := config.Default()
+	c := allSinks()
 	s := c.Sources["demo"]
 	s.Dedupe = &config.SourceDedupe{Header: "X-Id", TTLSeconds: 3600}
 	c.Sources["demo"] = s
@@ -38,6 +38,21 @@ func TestNumericRanges(t *testing.T) {
 		{"dedupe.sweep_interval_ms", 1_000, 3_600_000, func(c *config.Config, v int64) { c.Dedupe.SweepIntervalMs = int(v) }},
 		{"dedupe.sweep_batch", 1, 100_000, func(c *config.Config, v int64) { c.Dedupe.SweepBatch = int(v) }},
 		{"sources.demo.dedupe.ttl_seconds", 1, 31_536_000, func(c *config.Config, v int64) { c.Sources["demo"].Dedupe.TTLSeconds = int(v) }},
+		{"dispatch.concurrency", 1, 1_024, func(c *config.Config, v int64) { c.Dispatch.Concurrency = int(v) }},
+		{"dispatch.max_inflight", 1, 100_000, func(c *config.Config, v int64) { c.Dispatch.MaxInflight = int(v) }},
+		{"dispatch.max_inflight_bytes", 1 << 20, 16 << 30, func(c *config.Config, v int64) { c.Dispatch.MaxInflightBytes = v }},
+		{"dispatch.attempt_timeout_ms", 100, 600_000, func(c *config.Config, v int64) { c.Dispatch.AttemptTimeoutMs = int(v) }},
+		{"dispatch.scan_batch", 1, 10_000, func(c *config.Config, v int64) { c.Dispatch.ScanBatch = int(v) }},
+		{"dispatch.poll_ms", 10, 60_000, func(c *config.Config, v int64) { c.Dispatch.PollMs = int(v) }},
+		{"dispatch.breaker_failures", 1, 1_000, func(c *config.Config, v int64) { c.Dispatch.BreakerFailures = int(v) }},
+		{"dispatch.breaker_cooldown_ms", 100, 3_600_000, func(c *config.Config, v int64) { c.Dispatch.BreakerCooldownMs = int(v) }},
+		{"retry.base_ms", 1, 3_600_000, func(c *config.Config, v int64) { c.Retry.BaseMs = int(v) }},
+		{"retry.max_ms", 1, 86_400_000, func(c *config.Config, v int64) { c.Retry.MaxMs = int(v) }},
+		{"retry.max_attempts", 1, 10_000, func(c *config.Config, v int64) { c.Retry.MaxAttempts = int(v) }},
+		{"sources.demo.sinks[1].http.timeout_ms", 100, 600_000, func(c *config.Config, v int64) { c.Sources["demo"].Sinks[1].HTTP.TimeoutMs = int(v) }},
+		{"sources.demo.sinks[2].kafka.timeout_ms", 100, 600_000, func(c *config.Config, v int64) { c.Sources["demo"].Sinks[2].Kafka.TimeoutMs = int(v) }},
+		{"sources.demo.sinks[3].nats.timeout_ms", 100, 600_000, func(c *config.Config, v int64) { c.Sources["demo"].Sinks[3].NATS.TimeoutMs = int(v) }},
+		{"sources.demo.sinks[4].rabbitmq.timeout_ms", 100, 600_000, func(c *config.Config, v int64) { c.Sources["demo"].Sinks[4].RabbitMQ.TimeoutMs = int(v) }},
 	}
 	for _, tt := range tests {
 		for _, v := range []int64{tt.lo - 1, tt.hi + 1} {
@@ -102,7 +117,7 @@ func TestRules(t *testing.T) {
 		{"wal typo", func(c *config.Config) { c.WAL.Type = "dsk" }, "wal.type", `must be one of disk, got "dsk"`},
 		{"dedupe fleet", func(c *config.Config) { c.Dedupe.Scope = "fleet" }, "dedupe.scope", `"fleet" is not available yet (supported: node)`},
 		{"verify hmac", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Verify.Type = "hmac" }) }, "sources.demo.verify.type", `must be one of none, got "hmac"`},
-		{"sink type", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Sinks[0].Type = "http" }) }, "sources.demo.sinks[0].type", `must be one of log, got "http"`},
+		{"sink type", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Sinks[0].Type = "smtp" }) }, "sources.demo.sinks[0].type", `must be one of log|http|kafka|nats|rabbitmq, got "smtp"`},
 		{"role bad", func(c *config.Config) { c.Node.Roles = []string{"ingest", "relay"} }, "node.roles[1]", `got "relay"`},
 		{"role duplicate", func(c *config.Config) { c.Node.Roles = []string{"ingest", "ingest"} }, "node.roles[1]", `duplicate role "ingest"`},
 		{"roles empty", func(c *config.Config) { c.Node.Roles = nil }, "node.roles", "at least one role"},
@@ -194,6 +209,14 @@ func TestCrossKeyRules(t *testing.T) {
 		{"queue bytes under body", func(c *config.Config) { c.Batcher.MaxQueueBytes, c.HTTP.MaxBodyBytes = 2<<20, 3<<20 },
 			"batcher.max_queue_bytes", "must be at least http.max_body_bytes (3145728), got 2097152"},
 		{"queue bytes equals body", func(c *config.Config) { c.Batcher.MaxQueueBytes, c.HTTP.MaxBodyBytes = 2<<20, 2<<20 }, "", ""},
+		{"inflight under concurrency", func(c *config.Config) { c.Dispatch.Concurrency, c.Dispatch.MaxInflight = 64, 63 },
+			"dispatch.max_inflight", "must be at least dispatch.concurrency (64), got 63"},
+		{"inflight equals concurrency", func(c *config.Config) { c.Dispatch.Concurrency, c.Dispatch.MaxInflight = 64, 64 }, "", ""},
+		// A body larger than the inflight budget is claimed alone.
+		{"inflight bytes under body", func(c *config.Config) { c.Dispatch.MaxInflightBytes, c.HTTP.MaxBodyBytes = 1<<20, 100_000_000 }, "", ""},
+		{"retry max under base", func(c *config.Config) { c.Retry.BaseMs, c.Retry.MaxMs = 1_000, 999 },
+			"retry.max_ms", "must be at least retry.base_ms (1000), got 999"},
+		{"retry max equals base", func(c *config.Config) { c.Retry.BaseMs, c.Retry.MaxMs = 1_000, 1_000 }, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,11 +236,22 @@ func TestCrossKeyRules(t *testing.T) {
 
 // A cross-key rule stays quiet when one side already failed its own rule.
 func TestCrossKeyQuietWhenSideInvalid(t *testing.T) {
-	c := config.Default()
-	c.Batcher.MaxQueue = 0
-	errs := asErrors(t, c.Validate())
-	if len(errs) != 1 || errs[0].Key != "batcher.max_queue" {
-		t.Fatalf("want only the range error, got %v", errs)
+	for _, tt := range []struct {
+		key string
+		mod func(c *config.Config)
+	}{
+		{"batcher.max_queue", func(c *config.Config) { c.Batcher.MaxQueue = 0 }},
+		{"dispatch.concurrency", func(c *config.Config) { c.Dispatch.Concurrency = 2_000 }},
+		{"retry.base_ms", func(c *config.Config) { c.Retry.BaseMs = 4_000_000 }},
+	} {
+		t.Run(tt.key, func(t *testing.T) {
+			c := config.Default()
+			tt.mod(c)
+			errs := asErrors(t, c.Validate())
+			if len(errs) != 1 || errs[0].Key != tt.key {
+				t.Fatalf("want only the range error, got %v", errs)
+			}
+		})
 	}
 }
 

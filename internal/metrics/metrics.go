@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/queue"
 )
 
@@ -76,7 +77,14 @@ type Metrics struct {
 	commitBatch    prometheus.Histogram
 	syncDuration   prometheus.Histogram
 	syncFailures   prometheus.Counter
+
+	deliveries       *prometheus.CounterVec // result, sink
+	deliveryDuration prometheus.Histogram
+	deadLettered     prometheus.Counter
 }
+
+// Dispatch reports through this interface.
+var _ dispatch.Observer = (*Metrics)(nil)
 
 // The commit path reports through this interface.
 var _ queue.Observer = (*Metrics)(nil)
@@ -123,10 +131,24 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "ankusa_wal_sync_failures_total",
 			Help: "WAL fsyncs that failed; each one fences the store until the unsynced groups are removed.",
 		}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ankusa_dispatch_deliveries_total",
+			Help: "Delivery attempts finished, by result (delivered, retry, dead) and configured sink id.",
+		}, []string{"result", "sink"}),
+		deliveryDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ankusa_dispatch_attempt_duration_seconds",
+			Help:    "Duration of one delivery attempt.",
+			Buckets: ingestBuckets,
+		}),
+		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ankusa_dispatch_dead_lettered_total",
+			Help: "Deliveries moved to the dead-letter queue (permanent error or attempts exhausted).",
+		}),
 	}
 	reg.MustRegister(
 		m.ingestRequests, m.ingestDuration, m.ingestRefused, m.loadShed,
 		m.commitDuration, m.commitBatch, m.syncDuration, m.syncFailures,
+		m.deliveries, m.deliveryDuration, m.deadLettered,
 	)
 	// Every reason exists from the start at 0, so rate() and alerts work
 	// before the first refusal.
@@ -206,4 +228,46 @@ func normalise(v string, set []string, other string) string {
 		}
 	}
 	return other
+}
+
+// Delivery implements dispatch.Observer. sinkID is a configured sink id and
+// result one of delivered, retry, dead: both fixed sets.
+func (m *Metrics) Delivery(sinkID, result string, d time.Duration) {
+	m.deliveries.WithLabelValues(result, sinkID).Inc()
+	m.deliveryDuration.Observe(d.Seconds())
+	if result == "dead" {
+		m.deadLettered.Inc()
+	}
+}
+
+// WatchDispatch registers the delivery queue gauges, read at scrape time.
+func (m *Metrics) WatchDispatch(gauges func() dispatch.Gauges) {
+	m.reg.MustRegister(&dispatchCollector{gauges: gauges})
+}
+
+// dispatchCollector reads the gauges once per scrape (they cost a scan).
+type dispatchCollector struct {
+	gauges func() dispatch.Gauges
+}
+
+var (
+	descPending  = prometheus.NewDesc("ankusa_queue_pending", "Delivery rows due or waiting for a retry.", nil, nil)
+	descInflight = prometheus.NewDesc("ankusa_queue_inflight", "Delivery rows claimed by an attempt in flight.", nil, nil)
+	descDead     = prometheus.NewDesc("ankusa_queue_dead", "Delivery rows in the dead-letter queue.", nil, nil)
+	descOldest   = prometheus.NewDesc("ankusa_queue_oldest_due_age_seconds", "How long the oldest due row has waited (dispatch lag).", nil, nil)
+)
+
+func (c *dispatchCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descPending
+	ch <- descInflight
+	ch <- descDead
+	ch <- descOldest
+}
+
+func (c *dispatchCollector) Collect(ch chan<- prometheus.Metric) {
+	g := c.gauges()
+	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(g.Pending))
+	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(g.Inflight))
+	ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(g.Dead))
+	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, g.OldestDueAge.Seconds())
 }

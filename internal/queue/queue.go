@@ -110,6 +110,9 @@ type Options struct {
 	FenceRetry time.Duration
 
 	Observer Observer
+	// OnDurable is called (on the syncer goroutine; it must not block) each
+	// time durable_seq rises, so dispatch wakes on commits instead of polling.
+	OnDurable func()
 	// Logger for the writer and fence; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -146,6 +149,9 @@ func (o *Options) fill() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.OnDurable == nil {
+		o.OnDurable = func() {}
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -213,6 +219,12 @@ func (q *Queue) Submit(ctx context.Context, rec *Record) (Result, error) {
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
+}
+
+// Reclaimed lowers the counters after dispatch removed fully delivered hooks.
+func (q *Queue) Reclaimed(hooks, deliveries int) {
+	q.writer.hooks.Add(^uint64(hooks - 1))
+	q.writer.deliveries.Add(^uint64(deliveries - 1))
 }
 
 // ReportStoreFailure fences the queue after a failure found outside the

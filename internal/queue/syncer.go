@@ -77,6 +77,7 @@ func (s *syncer) resume(upto uint64) {
 	s.durable.Store(upto)
 	s.mu.Unlock()
 	s.answerAll(stale, ErrStoreUnavailable)
+	s.opts.OnDurable()
 }
 
 func (s *syncer) stop() {
@@ -146,6 +147,7 @@ func (s *syncer) run() {
 			continue
 		}
 		s.answerAll(batch, nil)
+		s.opts.OnDurable()
 	}
 }
 

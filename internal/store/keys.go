@@ -20,6 +20,7 @@ const (
 	PrefixDedupe   byte = 'u' // u + tenant 0 source 0 key                    → encoded dedupe entry
 	PrefixExpiry   byte = 'e' // e + expires_at(8, unix ms) + dedupe key body → empty
 	PrefixSinkNum  byte = 'k' // k + source 0 sink-id                         → sink number(2)
+	PrefixJob      byte = 'j' // j + job id                                   → replay job JSON
 	PrefixProbe    byte = 'z' // z:probe                                      → readiness probe stamp
 )
 
@@ -92,10 +93,13 @@ func DedupeKey(tenant, source, key string) []byte {
 
 // ExpiryKey is e + expires_at + the dedupe key without its prefix byte.
 func ExpiryKey(expiresAtMs int64, dedupeKey []byte) []byte {
-	k := make([]byte, 9, 9+len(dedupeKey)-1)
+	k := make([]byte, 9, 9+max(len(dedupeKey)-1, 0))
 	k[0] = PrefixExpiry
 	binary.BigEndian.PutUint64(k[1:], uint64(expiresAtMs))
-	return append(k, dedupeKey[1:]...)
+	if len(dedupeKey) > 1 {
+		k = append(k, dedupeKey[1:]...)
+	}
+	return k
 }
 
 // ParseExpiryKey splits an expiry key into its time and the dedupe key it names.
@@ -144,3 +148,41 @@ func ParseU64(b []byte) (uint64, bool) {
 	}
 	return binary.BigEndian.Uint64(b), true
 }
+
+// InflightKey is f + seq + sink.
+func InflightKey(seq uint64, sink uint16) []byte {
+	k := make([]byte, 11)
+	k[0] = PrefixInflight
+	binary.BigEndian.PutUint64(k[1:], seq)
+	binary.BigEndian.PutUint16(k[9:], sink)
+	return k
+}
+
+// DeadKey is x + dead_at + seq + sink.
+func DeadKey(deadAtMs int64, seq uint64, sink uint16) []byte {
+	k := make([]byte, 19)
+	k[0] = PrefixDead
+	binary.BigEndian.PutUint64(k[1:], uint64(deadAtMs))
+	binary.BigEndian.PutUint64(k[9:], seq)
+	binary.BigEndian.PutUint16(k[17:], sink)
+	return k
+}
+
+// ParseTimedKey splits a due (q) or dead (x) key into time, seq and sink.
+func ParseTimedKey(k []byte) (atMs int64, seq uint64, sink uint16, ok bool) {
+	if len(k) != 19 {
+		return 0, 0, 0, false
+	}
+	return int64(binary.BigEndian.Uint64(k[1:9])), binary.BigEndian.Uint64(k[9:17]), binary.BigEndian.Uint16(k[17:19]), true
+}
+
+// ParseSeqSinkKey splits a delivery (d) or inflight (f) key.
+func ParseSeqSinkKey(k []byte) (seq uint64, sink uint16, ok bool) {
+	if len(k) != 11 {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint16(k[9:11]), true
+}
+
+// JobKey is j + id: a replay job's JSON.
+func JobKey(id string) []byte { return append([]byte{PrefixJob}, id...) }

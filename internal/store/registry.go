@@ -17,6 +17,9 @@ type SinkRef struct {
 // delivery, due, inflight and dead keys, so they must never change for a
 // sink id once rows carry them: that is why they are stored, not derived
 // from the order of the config file.
+//
+// REQUIRES: a single caller at a time (the instance calls it once at
+// start-up): it reads the highest number, then writes the next ones.
 func (s *Store) SinkNumbers(refs []SinkRef) (map[SinkRef]uint16, error) {
 	out := make(map[SinkRef]uint16, len(refs))
 	var maxNum uint16

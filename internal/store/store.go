@@ -238,7 +238,10 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get %q: %w", key, err)
 	}
-	out := append([]byte(nil), v...)
+	// Non-nil even when empty: due and expiry rows have empty values, and
+	// "present but empty" must not read as "absent".
+	out := make([]byte, len(v))
+	copy(out, v)
 	_ = c.Close()
 	return out, nil
 }
@@ -318,6 +321,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	s.fatal = nil
 	if s.db == nil {
 		return nil
 	}

@@ -1,0 +1,55 @@
+package app
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/dispatch"
+	"github.com/ankusa/ankusa/internal/sink"
+	"github.com/ankusa/ankusa/internal/sink/httpsink"
+	"github.com/ankusa/ankusa/internal/sink/kafka"
+	"github.com/ankusa/ankusa/internal/sink/logsink"
+	natssink "github.com/ankusa/ankusa/internal/sink/nats"
+	"github.com/ankusa/ankusa/internal/sink/rabbitmq"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// buildTargets constructs every configured sink, keyed by its stored
+// number. This is the one place adapters are wired: no init() registry.
+func buildTargets(cfg *config.Config, nums map[store.SinkRef]uint16, log *slog.Logger) (map[uint16]dispatch.Target, error) {
+	out := make(map[uint16]dispatch.Target)
+	for id, sc := range cfg.Sources {
+		for _, k := range sc.Sinks {
+			s, err := newSink(k, log)
+			if err != nil {
+				closeTargets(out)
+				return nil, fmt.Errorf("sources.%s sink %s: %w", id, k.ID, err)
+			}
+			out[nums[store.SinkRef{Source: id, Sink: k.ID}]] = dispatch.Target{ID: k.ID, Sink: s}
+		}
+	}
+	return out, nil
+}
+
+func newSink(k config.SinkConfig, log *slog.Logger) (sink.Sink, error) {
+	switch k.Type {
+	case "log":
+		return logsink.New(log), nil
+	case "http":
+		return httpsink.New(k.HTTP)
+	case "kafka":
+		return kafka.New(k.Kafka, log)
+	case "nats":
+		return natssink.New(k.NATS, log)
+	case "rabbitmq":
+		return rabbitmq.New(k.RabbitMQ, log)
+	}
+	return nil, fmt.Errorf("unknown sink type %q", k.Type)
+}
+
+func closeTargets(ts map[uint16]dispatch.Target) {
+	for _, t := range ts {
+		_ = t.Sink.Close()
+	}
+}

@@ -1,0 +1,49 @@
+//go:build linux
+
+package bench
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// processCPU is the user+system CPU time this process has used.
+func processCPU() (time.Duration, bool) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, false
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
+}
+
+// hostBusy is the CPU time every CPU of the host has spent not idle (steal
+// included: it is time this guest wanted and did not get), from /proc/stat.
+func hostBusy() (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line)
+	if len(f) < 9 || string(f[0]) != "cpu" {
+		return 0, false
+	}
+	// user nice system idle iowait irq softirq steal [guest guest_nice]:
+	// guest time is already counted in user.
+	var busy int64
+	for i := 1; i <= 8; i++ {
+		v, err := strconv.ParseInt(string(f[i]), 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		if i == 4 || i == 5 { // idle, iowait
+			continue
+		}
+		busy += v
+	}
+	const userHZ = 100 // USER_HZ is 100 on every Linux ABI Go supports
+	return time.Duration(busy) * (time.Second / userHZ), true
+}

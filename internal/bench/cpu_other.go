@@ -1,0 +1,9 @@
+//go:build !linux
+
+package bench
+
+import "time"
+
+// processCPU and hostBusy are only measured on Linux.
+func processCPU() (time.Duration, bool) { return 0, false }
+func hostBusy() (time.Duration, bool)   { return 0, false }

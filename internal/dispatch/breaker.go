@@ -1,0 +1,48 @@
+package dispatch
+
+import "time"
+
+// breaker is one sink's circuit breaker. Closed: every due row is claimed.
+// Open (after failures consecutive failed attempts): rows stay due and are
+// not attempted, so a sink that is down does not burn its hooks' attempt
+// budgets into the DLQ. After the cooldown it is half-open: one real
+// attempt probes; success closes it, failure opens it again.
+// Owned by the dispatcher's loop goroutine.
+type breaker struct {
+	failures  int
+	openUntil time.Time // zero: closed
+	probing   bool      // a half-open probe is in flight
+}
+
+func (b *breaker) admits(now time.Time) bool {
+	return b.openUntil.IsZero() || !now.Before(b.openUntil)
+}
+
+func (b *breaker) halfOpen(now time.Time) bool {
+	return !b.openUntil.IsZero() && !now.Before(b.openUntil)
+}
+
+func (b *breaker) success() {
+	b.failures, b.openUntil, b.probing = 0, time.Time{}, false
+}
+
+// failure reports whether this failure opened (or re-opened) the breaker.
+func (b *breaker) failure(now time.Time, threshold int, cooldown time.Duration) bool {
+	b.failures++
+	wasProbe := b.probing
+	b.probing = false
+	if wasProbe || b.failures >= threshold {
+		b.openUntil = now.Add(cooldown)
+		return true
+	}
+	return false
+}
+
+func (d *Dispatcher) breaker(num uint16) *breaker {
+	b := d.breakers[num]
+	if b == nil {
+		b = &breaker{}
+		d.breakers[num] = b
+	}
+	return b
+}

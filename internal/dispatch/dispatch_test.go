@@ -1,0 +1,352 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/google/uuid"
+
+	"github.com/ankusa/ankusa/internal/dispatch"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/sink"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+// scriptedSink is a test double of sink.Sink (nothing real can play "fail
+// exactly twice"): it answers from a script, records every message, and can
+// block attempts until released. The HTTP, Kafka, NATS and RabbitMQ sinks are
+// tested against real targets in their own packages.
+type scriptedSink struct {
+	mu       sync.Mutex
+	script   []error // consumed in order; nil entries succeed; empty = succeed
+	fallback error   // answer once the script is used up
+	got      []*sink.Message
+	block    chan struct{} // non-nil: attempts wait for it to close (or ctx)
+	seen     chan *sink.Message
+}
+
+func newScripted(script ...error) *scriptedSink {
+	return &scriptedSink{script: script, seen: make(chan *sink.Message, 1024)}
+}
+
+func (s *scriptedSink) Deliver(ctx context.Context, m *sink.Message) error {
+	s.mu.Lock()
+	block := s.block
+	s.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, m)
+	s.seen <- m
+	if len(s.script) > 0 {
+		err := s.script[0]
+		s.script = s.script[1:]
+		return err
+	}
+	return s.fallback
+}
+
+func (s *scriptedSink) Close() error { return nil }
+
+func (s *scriptedSink) next(t *testing.T) *sink.Message {
+	t.Helper()
+	select {
+	case m := <-s.seen:
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery attempt")
+		return nil
+	}
+}
+
+type env struct {
+	st   *store.Store
+	q    *queue.Queue
+	d    *dispatch.Dispatcher
+	gate *testutil.WALSyncGate
+}
+
+func setup(t *testing.T, s sink.Sink, o dispatch.Options) *env {
+	t.Helper()
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	var d *dispatch.Dispatcher
+	q := testutil.StartQueue(t, st, queue.Options{OnDurable: func() {
+		if d != nil {
+			d.Wake()
+		}
+	}})
+	o.Targets = map[uint16]dispatch.Target{0: {ID: "out", Sink: s}}
+	o.Durable = q.Durable
+	o.OnReclaim = q.Reclaimed
+	o.Logger = testutil.Logger(t)
+	if o.Retry.Base == 0 {
+		o.Retry = dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5}
+	}
+	if o.Poll == 0 {
+		o.Poll = 20 * time.Millisecond
+	}
+	d = dispatch.New(st, o)
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return &env{st: st, q: q, d: d, gate: gate}
+}
+
+func (e *env) submit(t *testing.T, body, dedupe string) queue.Result {
+	t.Helper()
+	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
+		Body: []byte(body), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+	if dedupe != "" {
+		r.DedupeKey, r.DedupeTTL = dedupe, time.Hour
+	}
+	res, err := e.q.Submit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func (e *env) delivery(t *testing.T, seq uint64) *store.Delivery {
+	t.Helper()
+	v, err := e.st.Get(store.DeliveryKey(seq, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v == nil {
+		return nil
+	}
+	dl, err := store.DecodeDelivery(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dl
+}
+
+func count(t *testing.T, st *store.Store, p byte) uint64 {
+	t.Helper()
+	n, err := st.Count([]byte{p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestDispatch_DeliveredThenReclaimed(t *testing.T) {
+	s := newScripted()
+	e := setup(t, s, dispatch.Options{})
+	res := e.submit(t, "hello", "k1")
+	m := s.next(t)
+	if m.ID != uuid.UUID(res.ID) || string(m.Body) != "hello" || m.Attempt != 1 || m.IdempotencyKey() != "default:src:k1" {
+		t.Fatalf("message = %+v", m)
+	}
+	testutil.Eventually(t, 10*time.Second, "hook reclaimed", func() bool {
+		return count(t, e.st, store.PrefixHook) == 0 && e.q.Stats().Hooks == 0
+	})
+	if n := count(t, e.st, store.PrefixDelivery) + count(t, e.st, store.PrefixDue) + count(t, e.st, store.PrefixInflight); n != 0 {
+		t.Fatalf("%d delivery/due/inflight rows left after reclaim", n)
+	}
+	// The dedupe row outlives the hook, so a late provider retry is absorbed.
+	if again := e.submit(t, "hello", "k1"); !again.Duplicate || again.ID != res.ID {
+		t.Fatalf("late retry after reclaim: %+v", again)
+	}
+}
+
+func TestDispatch_RetriesThenDelivers(t *testing.T) {
+	boom := errors.New("connection refused")
+	s := newScripted(boom, sink.Retry(boom, 0), nil)
+	e := setup(t, s, dispatch.Options{})
+	res := e.submit(t, "x", "")
+	for want := 1; want <= 3; want++ {
+		if m := s.next(t); m.Attempt != want || m.ID != uuid.UUID(res.ID) {
+			t.Fatalf("attempt %d: got attempt %d id %s", want, m.Attempt, m.ID)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, "reclaimed", func() bool { return count(t, e.st, store.PrefixHook) == 0 })
+}
+
+func TestDispatch_DeadLetters(t *testing.T) {
+	tests := []struct {
+		name     string
+		script   []error
+		fallback error
+		attempts int
+		reason   string
+	}{
+		{"permanent error dead-letters at once", []error{sink.Permanent(errors.New("receiver answered 410"))}, nil, 1, "permanent: receiver answered 410"},
+		{"attempts exhausted", nil, errors.New("503"), 5, "attempts exhausted: 503"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScripted(tc.script...)
+			s.fallback = tc.fallback
+			e := setup(t, s, dispatch.Options{BreakerFailures: 100})
+			res := e.submit(t, "x", "")
+			testutil.Eventually(t, 10*time.Second, "dead row", func() bool { return count(t, e.st, store.PrefixDead) == 1 })
+			dl := e.delivery(t, res.Seq)
+			if dl.State != store.StateDead || int(dl.Attempts) != tc.attempts {
+				t.Fatalf("delivery = %+v, want dead after %d attempts", dl, tc.attempts)
+			}
+			total, entries, err := e.d.DLQ(dispatch.DLQFilter{})
+			if err != nil || total != 1 || entries[0].ID != uuid.UUID(res.ID).String() || entries[0].Reason != tc.reason {
+				t.Fatalf("dlq = %d %+v %v", total, entries, err)
+			}
+			if len(s.got) != tc.attempts {
+				t.Fatalf("sink saw %d attempts, want %d", len(s.got), tc.attempts)
+			}
+		})
+	}
+}
+
+func TestDispatch_ReplayFromDLQ(t *testing.T) {
+	s := newScripted(sink.Permanent(errors.New("410")))
+	e := setup(t, s, dispatch.Options{})
+	res := e.submit(t, "x", "evt")
+	s.next(t)
+	testutil.Eventually(t, 10*time.Second, "dead row", func() bool { return count(t, e.st, store.PrefixDead) == 1 })
+
+	j, err := e.d.CreateJob(context.Background(), dispatch.JobSpec{Kind: "dlq", Rate: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := s.next(t)
+	if m.ID != uuid.UUID(res.ID) || m.ReplayID != j.ID || m.DedupeKey != "evt" || m.Attempt != 1 {
+		t.Fatalf("replayed message id=%s replay=%q dedupe=%q attempt=%d; want same id, replay %s", m.ID, m.ReplayID, m.DedupeKey, m.Attempt, j.ID)
+	}
+	testutil.Eventually(t, 10*time.Second, "job done", func() bool {
+		got, err := e.d.GetJob(context.Background(), j.ID)
+		return err == nil && got.State == dispatch.JobDone && got.Moved == 1
+	})
+	testutil.Eventually(t, 10*time.Second, "reclaimed", func() bool { return count(t, e.st, store.PrefixHook) == 0 })
+	if n := count(t, e.st, store.PrefixDead); n != 0 {
+		t.Fatalf("%d dead rows after replay", n)
+	}
+}
+
+func TestDispatch_NothingAboveDurableIsDelivered(t *testing.T) {
+	s := newScripted()
+	e := setup(t, s, dispatch.Options{})
+	// Runs before the queue's cleanup, so a failure below cannot leave the
+	// syncer stuck on a held fsync.
+	t.Cleanup(e.gate.ReleaseAll)
+	e.gate.Hold()
+	done := make(chan queue.Result, 1)
+	go func() { done <- e.submit(t, "x", "") }()
+	release := e.gate.Held(t)
+	// The row is applied (visible) but its fsync has not returned.
+	testutil.Eventually(t, 5*time.Second, "row applied", func() bool { return count(t, e.st, store.PrefixDue) == 1 })
+	e.d.Wake()
+	select {
+	case m := <-s.seen:
+		t.Fatalf("delivered %s before its fsync returned", m.ID)
+	case <-time.After(100 * time.Millisecond):
+	}
+	e.gate.Open()
+	close(release)
+	<-done
+	s.next(t)
+}
+
+func TestDispatch_BreakerParksRowsWithoutSpendingAttempts(t *testing.T) {
+	s := newScripted()
+	s.fallback = errors.New("down")
+	e := setup(t, s, dispatch.Options{BreakerFailures: 3, BreakerCooldown: time.Hour,
+		Retry: dispatch.RetryPolicy{Base: time.Millisecond, Max: time.Millisecond, MaxAttempts: 1000}})
+	// One row fails three attempts in a row: the breaker opens.
+	first := e.submit(t, "first", "").Seq
+	for range 3 {
+		s.next(t)
+	}
+	var seqs []uint64
+	for i := range 4 {
+		seqs = append(seqs, e.submit(t, fmt.Sprint(i), "").Seq)
+	}
+	// Open: no further attempt for the cooldown, however many rows are due.
+	e.d.Wake()
+	select {
+	case m := <-s.seen:
+		t.Fatalf("attempt on %s while the breaker is open", m.ID)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if a := e.delivery(t, first).Attempts; a != 3 {
+		t.Fatalf("first row attempts = %d, want 3", a)
+	}
+	for _, seq := range seqs {
+		if dl := e.delivery(t, seq); dl.Attempts != 0 || dl.State != store.StateDue {
+			t.Fatalf("parked row %d = %+v; want due with no attempt spent", seq, dl)
+		}
+	}
+}
+
+func TestDispatch_InflightReturnsToDueAfterRestart(t *testing.T) {
+	s := newScripted()
+	s.block = make(chan struct{})
+	gate := testutil.NewWALSyncGate()
+	dir := testutil.TempStoreDir(t)
+	st := testutil.OpenStore(t, dir, gate.Wrap(vfs.Default))
+	q := testutil.StartQueue(t, st, queue.Options{})
+	mk := func() *dispatch.Dispatcher {
+		d := dispatch.New(st, dispatch.Options{Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
+			Durable: q.Durable, Poll: 10 * time.Millisecond, Logger: testutil.Logger(t)})
+		if err := d.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	d := mk()
+	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", Body: []byte("x"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+	res, err := q.Submit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Second, "claimed", func() bool { return count(t, st, store.PrefixInflight) == 1 })
+	d.Stop() // the blocked attempt is cancelled: the row stays inflight
+	if n := count(t, st, store.PrefixInflight); n != 1 {
+		t.Fatalf("inflight rows after stop = %d, want 1", n)
+	}
+	s.mu.Lock()
+	s.block = nil
+	s.mu.Unlock()
+	d = mk()
+	defer d.Stop()
+	m := s.next(t)
+	if m.ID != uuid.UUID(res.ID) || m.Attempt != 1 {
+		t.Fatalf("redelivered %s attempt %d; want %x attempt 1 (a shutdown spends no attempt)", m.ID, m.Attempt, res.ID)
+	}
+}
+
+func TestRetryPolicy_Delay(t *testing.T) {
+	p := dispatch.RetryPolicy{Base: 100 * time.Millisecond, Max: 300 * time.Second, MaxAttempts: 84}
+	tests := []struct {
+		attempt    int
+		jitter     float64
+		retryAfter time.Duration
+		want       time.Duration
+	}{
+		{1, 1, 0, 100 * time.Millisecond},
+		{2, 1, 0, 200 * time.Millisecond},
+		{4, 0.5, 0, 400 * time.Millisecond},
+		{30, 1, 0, 300 * time.Second},
+		{84, 0.5, 0, 150 * time.Second},
+		{1, 1, 2 * time.Second, 2 * time.Second},
+		{1, 1, 5 * time.Hour, time.Hour},
+	}
+	for _, tc := range tests {
+		if got := p.Delay(tc.attempt, tc.jitter, tc.retryAfter); got != tc.want {
+			t.Errorf("Delay(%d, %v, %v) = %v, want %v", tc.attempt, tc.jitter, tc.retryAfter, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,333 @@
+// Package dispatch delivers every durable hook to every sink of its source,
+// at least once: due scan, claim, bounded concurrent delivery, outcome
+// recording with retries and a dead-letter queue, per-sink breakers, replay
+// jobs and the reclaim of fully delivered hooks.
+//
+// One goroutine (run) owns every dispatch write — claims, outcomes,
+// reclaims, replay moves — so no two writers race on a delivery row. The
+// queue's writer only ever creates rows for new seqs; dispatch only touches
+// rows at or below durable_seq (rule 3 of the ack protocol: Pebble shows a
+// row before it is durable, and a row of a group that is later undone must
+// never be delivered).
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/sink"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// Observer receives dispatch measurements; methods must not block.
+type Observer interface {
+	// Delivery: result is delivered | retry | dead; sink is the configured sink id.
+	Delivery(sinkID, result string, d time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Delivery(string, string, time.Duration) {}
+
+// Target is one configured sink.
+type Target struct {
+	ID   string // the sink id within its source
+	Sink sink.Sink
+}
+
+// Options configure a Dispatcher.
+type Options struct {
+	Concurrency      int
+	MaxInflight      int
+	MaxInflightBytes int64
+	AttemptTimeout   time.Duration
+	ScanBatch        int
+	Poll             time.Duration
+	BreakerFailures  int
+	BreakerCooldown  time.Duration
+	Retry            RetryPolicy
+
+	// Targets maps the store's sink numbers to sinks.
+	Targets map[uint16]Target
+	// Durable is the queue's durable_seq: nothing above it is delivered.
+	Durable func() uint64
+	// OnReclaim tells the queue's counters how many hooks and delivery rows
+	// were removed.
+	OnReclaim func(hooks, deliveries int)
+
+	Observer Observer
+	Logger   *slog.Logger
+	Now      func() time.Time
+	// Jitter returns a value in [0.5, 1.0]; nil means random.
+	Jitter func() float64
+}
+
+func (o *Options) fill() {
+	if o.Concurrency <= 0 {
+		o.Concurrency = 32
+	}
+	if o.MaxInflight < o.Concurrency {
+		o.MaxInflight = max(o.Concurrency, 1000)
+	}
+	if o.MaxInflightBytes <= 0 {
+		o.MaxInflightBytes = 64 << 20
+	}
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = 30 * time.Second
+	}
+	if o.ScanBatch <= 0 {
+		o.ScanBatch = 256
+	}
+	if o.Poll <= 0 {
+		o.Poll = time.Second
+	}
+	if o.BreakerFailures <= 0 {
+		o.BreakerFailures = 5
+	}
+	if o.BreakerCooldown <= 0 {
+		o.BreakerCooldown = 10 * time.Second
+	}
+	o.Retry.fill()
+	if o.OnReclaim == nil {
+		o.OnReclaim = func(int, int) {}
+	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Jitter == nil {
+		o.Jitter = func() float64 { return 0.5 + rand.Float64()/2 }
+	}
+}
+
+// claimed is one row handed to a worker.
+type claimed struct {
+	seq      uint64
+	num      uint16
+	delivery store.Delivery
+	size     int64
+}
+
+type result struct {
+	c   claimed
+	id  [16]byte
+	err error
+	dur time.Duration
+}
+
+// Dispatcher is the delivery stage of one store.
+type Dispatcher struct {
+	o   Options
+	st  *store.Store
+	log *slog.Logger
+
+	wake    chan struct{} // capacity 1
+	results chan result
+	sem     chan struct{}
+	cmds    chan func() // run on the loop goroutine (replay job changes)
+
+	// owned by the run goroutine
+	inflight      int
+	inflightBytes int64
+	breakers      map[uint16]*breaker
+	jobs          map[string]*job
+
+	inflightGauge atomic.Int64
+	deadGauge     atomic.Int64
+
+	cancel  context.CancelFunc
+	done    chan struct{}
+	workers sync.WaitGroup
+}
+
+// New builds a dispatcher; Start runs it.
+func New(st *store.Store, o Options) *Dispatcher {
+	o.fill()
+	return &Dispatcher{
+		o: o, st: st, log: o.Logger.With("component", "dispatch"),
+		wake:     make(chan struct{}, 1),
+		results:  make(chan result, o.MaxInflight),
+		sem:      make(chan struct{}, o.Concurrency),
+		cmds:     make(chan func()),
+		breakers: make(map[uint16]*breaker),
+		jobs:     make(map[string]*job),
+	}
+}
+
+// Wake asks for a scan now (a commit made rows durable). It never blocks.
+func (d *Dispatcher) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start returns every inflight row to due (at-least-once after a restart),
+// loads replay jobs and runs the loop until Stop.
+func (d *Dispatcher) Start() error {
+	if err := d.recoverInflight(); err != nil {
+		return err
+	}
+	if err := d.loadJobs(); err != nil {
+		return err
+	}
+	n, err := d.st.Count([]byte{store.PrefixDead})
+	if err != nil {
+		return fmt.Errorf("count dead rows: %w", err)
+	}
+	d.deadGauge.Store(int64(n))
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	d.done = make(chan struct{})
+	go func() {
+		defer close(d.done)
+		d.run(ctx)
+	}()
+	return nil
+}
+
+// Stop cancels attempts in flight and waits for the loop. A cancelled
+// attempt is not recorded: its row stays inflight and returns to due at the
+// next start, without spending an attempt.
+func (d *Dispatcher) Stop() {
+	if d.cancel == nil {
+		return
+	}
+	d.cancel()
+	<-d.done
+}
+
+func (d *Dispatcher) run(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	jobTick := time.NewTicker(replayTick)
+	defer jobTick.Stop()
+	for {
+		next := d.scanAndClaim(ctx)
+		wait := d.o.Poll
+		if !next.IsZero() {
+			wait = min(wait, max(next.Sub(d.o.Now()), time.Millisecond))
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			d.workers.Wait()
+			d.drainResults()
+			return
+		case r := <-d.results:
+			d.record(append([]result{r}, d.takeResults()...))
+		case <-d.wake:
+		case <-timer.C:
+		case <-jobTick.C:
+			d.runJobs()
+		case f := <-d.cmds:
+			f()
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+func (d *Dispatcher) takeResults() []result {
+	var rs []result
+	for {
+		select {
+		case r := <-d.results:
+			rs = append(rs, r)
+		default:
+			return rs
+		}
+	}
+}
+
+// drainResults records the attempts that finished at shutdown; cancelled
+// ones keep their rows inflight, to be returned to due at the next start.
+func (d *Dispatcher) drainResults() {
+	var keep []result
+	for _, r := range d.takeResults() {
+		if r.err != nil && isCancel(r.err) {
+			continue
+		}
+		keep = append(keep, r)
+	}
+	if len(keep) > 0 {
+		d.record(keep)
+	}
+}
+
+// do runs f on the loop goroutine and waits for it.
+func (d *Dispatcher) do(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	select {
+	case d.cmds <- func() { f(); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.done:
+		return fmt.Errorf("dispatch stopped")
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// recoverInflight moves every inflight row back to due: whatever attempt
+// was running when the node stopped may or may not have reached the sink,
+// so the hook is delivered again (at least once).
+func (d *Dispatcher) recoverInflight() error {
+	type row struct {
+		seq uint64
+		num uint16
+	}
+	var rows []row
+	err := d.st.Scan([]byte{store.PrefixInflight}, []byte{store.PrefixInflight + 1}, func(k, _ []byte) bool {
+		if seq, num, ok := store.ParseSeqSinkKey(k); ok {
+			rows = append(rows, row{seq, num})
+		}
+		return true
+	})
+	if err != nil || len(rows) == 0 {
+		return err
+	}
+	nowMs := d.o.Now().UnixMilli()
+	b := d.st.NewBatch()
+	defer b.Close()
+	for _, r := range rows {
+		v, err := d.st.Get(store.DeliveryKey(r.seq, r.num))
+		if err != nil {
+			return err
+		}
+		_ = b.Delete(store.InflightKey(r.seq, r.num), nil)
+		if v == nil {
+			continue
+		}
+		dl, err := store.DecodeDelivery(v)
+		if err != nil {
+			return err
+		}
+		dl.State, dl.NextAtMs = store.StateDue, nowMs
+		_ = b.Set(store.DeliveryKey(r.seq, r.num), store.EncodeDelivery(dl), nil)
+		_ = b.Set(store.DueKey(nowMs, r.seq, r.num), nil, nil)
+	}
+	if err := d.st.ApplySync(b); err != nil {
+		return fmt.Errorf("return %d inflight rows to due: %w", len(rows), err)
+	}
+	d.log.Info("returned inflight deliveries to due", "rows", len(rows))
+	return nil
+}

@@ -1,0 +1,180 @@
+package dispatch
+
+import (
+	"math"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/sink"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// maxRetryAfter caps a target's requested delay.
+const maxRetryAfter = time.Hour
+
+// maxErrorLen bounds the last error kept on a delivery row.
+const maxErrorLen = 512
+
+// RetryPolicy: delay = min(Max, Base·2^(attempt−1)) × jitter in [0.5, 1.0];
+// a target's Retry-After raises it (capped at an hour); MaxAttempts failed
+// attempts dead-letter the row.
+type RetryPolicy struct {
+	Base, Max   time.Duration
+	MaxAttempts int
+}
+
+func (p *RetryPolicy) fill() {
+	if p.Base <= 0 {
+		p.Base = 100 * time.Millisecond
+	}
+	if p.Max <= 0 {
+		p.Max = 5 * time.Minute
+	}
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 84
+	}
+}
+
+// Delay is the wait after the attempt-th failed attempt.
+func (p RetryPolicy) Delay(attempt int, jitter float64, retryAfter time.Duration) time.Duration {
+	exp := math.Min(float64(attempt-1), 62)
+	d := time.Duration(math.Min(float64(p.Max), float64(p.Base)*math.Pow(2, exp)))
+	d = time.Duration(float64(d) * jitter)
+	if retryAfter > d {
+		d = min(retryAfter, maxRetryAfter)
+	}
+	return d
+}
+
+// record writes the outcomes of finished attempts in one batch, then
+// reclaims the hooks whose every delivery is done.
+func (d *Dispatcher) record(rs []result) {
+	now := d.o.Now()
+	nowMs := now.UnixMilli()
+	b := d.st.NewBatch()
+	defer b.Close()
+	type outcome struct {
+		sinkID, result string
+		dur            time.Duration
+	}
+	outs := make([]outcome, 0, len(rs))
+	var delivered []uint64
+	dead := 0
+	for _, r := range rs {
+		c := r.c
+		d.inflight--
+		d.inflightBytes -= c.size
+		dl := c.delivery
+		dl.Attempts++
+		_ = b.Delete(store.InflightKey(c.seq, c.num), nil)
+		br := d.breaker(c.num)
+		if r.err == nil {
+			br.success()
+			dl.State, dl.NextAtMs, dl.LastError = store.StateDelivered, 0, ""
+			_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
+			delivered = append(delivered, c.seq)
+			outs = append(outs, outcome{dl.SinkID, "delivered", r.dur})
+			continue
+		}
+		if isCancel(r.err) {
+			// Shutdown interrupted the attempt: not the sink's fault, no
+			// attempt spent, delivered again after the restart.
+			dl.Attempts--
+		} else if br.failure(now, d.o.BreakerFailures, d.o.BreakerCooldown) {
+			d.log.Warn("sink breaker open: parking its rows", "sink", dl.SinkID, "for", d.o.BreakerCooldown, "err", r.err)
+		}
+		permanent, retryAfter := sink.Classify(r.err)
+		dl.LastError = truncate(r.err.Error(), maxErrorLen)
+		if permanent || int(dl.Attempts) >= d.o.Retry.MaxAttempts {
+			dl.State, dl.NextAtMs = store.StateDead, 0
+			reason := dl.LastError
+			if !permanent {
+				reason = "attempts exhausted: " + reason
+			}
+			_ = b.Set(store.DeadKey(nowMs, c.seq, c.num), []byte(reason), nil)
+			_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
+			dead++
+			outs = append(outs, outcome{dl.SinkID, "dead", r.dur})
+			continue
+		}
+		next := nowMs + d.o.Retry.Delay(max(int(dl.Attempts), 1), d.o.Jitter(), retryAfter).Milliseconds()
+		dl.State, dl.NextAtMs = store.StateDue, next
+		_ = b.Set(store.DueKey(next, c.seq, c.num), nil, nil)
+		_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
+		outs = append(outs, outcome{dl.SinkID, "retry", r.dur})
+	}
+	d.inflightGauge.Store(int64(d.inflight))
+	if err := d.st.Apply(b); err != nil {
+		// The rows stay inflight in the store; the next start returns them
+		// to due. Nothing is dropped, at worst delivered again.
+		d.log.Error("recording delivery outcomes failed", "rows", len(rs), "err", err)
+		return
+	}
+	d.deadGauge.Add(int64(dead))
+	for _, o := range outs {
+		d.o.Observer.Delivery(o.sinkID, o.result, o.dur)
+	}
+	if len(delivered) > 0 {
+		d.reclaim(delivered)
+	}
+}
+
+// reclaim removes the hooks whose every delivery row is delivered: the
+// hook, its id index and its delivery rows. Dedupe rows stay until their
+// TTL so that a provider's late retry is still absorbed.
+func (d *Dispatcher) reclaim(seqs []uint64) {
+	b := d.st.NewBatch()
+	defer b.Close()
+	hooks, rows := 0, 0
+	seen := map[uint64]bool{}
+	for _, seq := range seqs {
+		if seen[seq] {
+			continue
+		}
+		seen[seq] = true
+		var keys [][]byte
+		done := true
+		p := store.DeliveryPrefix(seq)
+		err := d.st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool {
+			dl, err := store.DecodeDelivery(v)
+			if err != nil || dl.State != store.StateDelivered {
+				done = false
+				return false
+			}
+			keys = append(keys, append([]byte(nil), k...))
+			return true
+		})
+		if err != nil || !done {
+			continue
+		}
+		hv, err := d.st.Get(store.HookKey(seq))
+		if err != nil || hv == nil {
+			continue
+		}
+		env, err := store.DecodeEnvelope(hv)
+		if err != nil {
+			continue
+		}
+		_ = b.Delete(store.HookKey(seq), nil)
+		_ = b.Delete(store.HookIDKey(env.ID), nil)
+		for _, k := range keys {
+			_ = b.Delete(k, nil)
+		}
+		hooks++
+		rows += len(keys)
+	}
+	if hooks == 0 {
+		return
+	}
+	if err := d.st.Apply(b); err != nil {
+		d.log.Warn("reclaim failed; retried when the hook's next delivery completes", "err", err)
+		return
+	}
+	d.o.OnReclaim(hooks, rows)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

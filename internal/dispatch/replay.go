@@ -1,0 +1,321 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/google/uuid"
+
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// replayTick is how often running replay jobs move rows.
+const replayTick = 100 * time.Millisecond
+
+// MaxJobs bounds replay jobs that are not finished.
+const MaxJobs = 16
+
+// Job states.
+const (
+	JobRunning   = "running"
+	JobPaused    = "paused"
+	JobCancelled = "cancelled"
+	JobDone      = "done"
+	JobFailed    = "failed"
+)
+
+// Errors the operator API maps to 4xx.
+var (
+	ErrTooManyJobs = errors.New("too many replay jobs")
+	ErrNoJob       = errors.New("no such replay job")
+	ErrBadJob      = errors.New("invalid replay job")
+)
+
+// Job is a replay job as stored (j + id) and shown by the API.
+//
+// A dlq job moves dead rows back to due at Rate rows per second while the
+// dispatch lag (age of the oldest due row) stays under MaxLagMs, so a replay
+// never buries fresh traffic. Each moved row keeps its hook id, dedupe key
+// and idempotency key and gains the job id as its replay id. The cursor is
+// written in the same batch as the rows it moved, so a crash neither skips
+// nor repeats a row.
+type Job struct {
+	ID        string  `json:"id"`
+	Kind      string  `json:"kind"`
+	SourceID  string  `json:"source_id,omitempty"`
+	Rate      float64 `json:"rate"`
+	MaxLagMs  int64   `json:"max_lag_ms"`
+	State     string  `json:"state"`
+	Moved     int64   `json:"moved"`
+	Skipped   int64   `json:"skipped"`
+	UntilMs   int64   `json:"until_ms"` // rows dead-lettered after the job was created are not replayed
+	Cursor    []byte  `json:"cursor,omitempty"`
+	Error     string  `json:"error,omitempty"`
+	CreatedAt string  `json:"created_at"`
+	UpdatedAt string  `json:"updated_at"`
+}
+
+type job struct {
+	Job
+	tokens float64
+	last   time.Time
+}
+
+// JobSpec is what POST /v1/replays takes.
+type JobSpec struct {
+	Kind     string  `json:"kind"`
+	SourceID string  `json:"source_id"`
+	Rate     float64 `json:"rate"`
+	MaxLagMs int64   `json:"max_lag_ms"`
+}
+
+func (d *Dispatcher) loadJobs() error {
+	return d.st.Scan([]byte{store.PrefixJob}, []byte{store.PrefixJob + 1}, func(_, v []byte) bool {
+		var j Job
+		if json.Unmarshal(v, &j) == nil {
+			d.jobs[j.ID] = &job{Job: j}
+		}
+		return true
+	})
+}
+
+// CreateJob validates spec and starts a job.
+func (d *Dispatcher) CreateJob(ctx context.Context, spec JobSpec) (Job, error) {
+	if spec.Kind != "dlq" {
+		return Job{}, fmt.Errorf("%w: kind must be dlq (quarantine arrives with verification)", ErrBadJob)
+	}
+	if spec.Rate == 0 {
+		spec.Rate = 50
+	}
+	if spec.Rate < 0.1 || spec.Rate > 100_000 {
+		return Job{}, fmt.Errorf("%w: rate must be between 0.1 and 100000 per second", ErrBadJob)
+	}
+	if spec.MaxLagMs == 0 {
+		spec.MaxLagMs = 5_000
+	}
+	if spec.MaxLagMs < 0 || spec.MaxLagMs > 86_400_000 {
+		return Job{}, fmt.Errorf("%w: max_lag_ms must be between 1 and 86400000", ErrBadJob)
+	}
+	var out Job
+	var err error
+	derr := d.do(ctx, func() {
+		active := 0
+		for _, j := range d.jobs {
+			if j.State == JobRunning || j.State == JobPaused {
+				active++
+			}
+		}
+		if active >= MaxJobs {
+			err = fmt.Errorf("%w: at most %d running or paused", ErrTooManyJobs, MaxJobs)
+			return
+		}
+		now := d.o.Now()
+		j := &job{Job: Job{
+			ID: uuid.Must(uuid.NewV7()).String(), Kind: spec.Kind, SourceID: spec.SourceID,
+			Rate: spec.Rate, MaxLagMs: spec.MaxLagMs, State: JobRunning, UntilMs: now.UnixMilli(),
+			CreatedAt: now.UTC().Format(time.RFC3339Nano), UpdatedAt: now.UTC().Format(time.RFC3339Nano),
+		}, last: now}
+		b := d.st.NewBatch()
+		defer b.Close()
+		d.putJob(b, &j.Job)
+		if err = d.st.ApplySync(b); err != nil {
+			return
+		}
+		d.jobs[j.ID] = j
+		out = j.Job
+	})
+	if derr != nil {
+		return Job{}, derr
+	}
+	return out, err
+}
+
+// Jobs lists every job, newest first.
+func (d *Dispatcher) Jobs(ctx context.Context) ([]Job, error) {
+	var out []Job
+	err := d.do(ctx, func() {
+		for _, j := range d.jobs {
+			out = append(out, j.Job)
+		}
+	})
+	sortJobs(out)
+	return out, err
+}
+
+// GetJob returns one job.
+func (d *Dispatcher) GetJob(ctx context.Context, id string) (Job, error) {
+	var out Job
+	var err error
+	if derr := d.do(ctx, func() {
+		j, ok := d.jobs[id]
+		if !ok {
+			err = ErrNoJob
+			return
+		}
+		out = j.Job
+	}); derr != nil {
+		return Job{}, derr
+	}
+	return out, err
+}
+
+// SetJobState pauses, resumes or cancels a job.
+func (d *Dispatcher) SetJobState(ctx context.Context, id, state string) (Job, error) {
+	var out Job
+	var err error
+	derr := d.do(ctx, func() {
+		j, ok := d.jobs[id]
+		if !ok {
+			err = ErrNoJob
+			return
+		}
+		switch {
+		case state != JobRunning && state != JobPaused && state != JobCancelled:
+			err = fmt.Errorf("%w: state must be running, paused or cancelled", ErrBadJob)
+			return
+		case j.State == JobDone || j.State == JobCancelled || j.State == JobFailed:
+			err = fmt.Errorf("%w: job is %s", ErrBadJob, j.State)
+			return
+		}
+		upd := j.Job
+		upd.State = state
+		upd.UpdatedAt = d.o.Now().UTC().Format(time.RFC3339Nano)
+		b := d.st.NewBatch()
+		defer b.Close()
+		d.putJob(b, &upd)
+		if err = d.st.ApplySync(b); err != nil {
+			return
+		}
+		j.Job, j.last, j.tokens = upd, d.o.Now(), 0
+		out = j.Job
+	})
+	if derr != nil {
+		return Job{}, derr
+	}
+	return out, err
+}
+
+func (d *Dispatcher) putJob(b *pebble.Batch, j *Job) {
+	v, _ := json.Marshal(j) // plain fields only: cannot fail
+	_ = b.Set(store.JobKey(j.ID), v, nil)
+}
+
+func sortJobs(js []Job) {
+	// UUIDv7 ids sort by creation time; newest first.
+	sort.Slice(js, func(a, b int) bool { return js[a].ID > js[b].ID })
+}
+
+// runJobs advances every running job by its token bucket.
+func (d *Dispatcher) runJobs() {
+	now := d.o.Now()
+	for _, j := range d.jobs {
+		if j.State != JobRunning {
+			continue
+		}
+		elapsed := now.Sub(j.last).Seconds()
+		j.last = now
+		j.tokens = min(j.tokens+elapsed*j.Rate, max(j.Rate, 1))
+		if j.tokens < 1 {
+			continue
+		}
+		if lag := d.OldestDueAge(now); lag > time.Duration(j.MaxLagMs)*time.Millisecond {
+			continue
+		}
+		d.stepJob(j, int(j.tokens), now)
+	}
+}
+
+// stepJob moves up to n dead rows of j back to due.
+func (d *Dispatcher) stepJob(j *job, n int, now time.Time) {
+	type row struct {
+		key []byte
+		seq uint64
+		num uint16
+	}
+	var rows []row
+	lower := []byte{store.PrefixDead}
+	if len(j.Cursor) > 0 {
+		lower = append(append([]byte(nil), j.Cursor...), 0) // strictly after the cursor
+	}
+	upper := store.DeadKey(j.UntilMs+1, 0, 0)
+	finished := true
+	err := d.st.Scan(lower, upper, func(k, _ []byte) bool {
+		if len(rows) >= n {
+			finished = false
+			return false
+		}
+		if _, seq, num, ok := store.ParseTimedKey(k); ok {
+			rows = append(rows, row{append([]byte(nil), k...), seq, num})
+		}
+		return true
+	})
+	if err != nil {
+		d.log.Warn("replay scan failed", "job", j.ID, "err", err)
+		return
+	}
+	nowMs := now.UnixMilli()
+	b := d.st.NewBatch()
+	defer b.Close()
+	upd := j.Job
+	moved, skipped := 0, 0
+	for _, r := range rows {
+		upd.Cursor = r.key
+		if j.SourceID != "" {
+			hv, err := d.st.Get(store.HookKey(r.seq))
+			if err != nil {
+				return
+			}
+			if hv == nil {
+				skipped++
+				continue
+			}
+			if env, derr := store.DecodeEnvelope(hv); derr != nil || env.Source != j.SourceID {
+				skipped++
+				continue
+			}
+		}
+		v, err := d.st.Get(store.DeliveryKey(r.seq, r.num))
+		if err != nil {
+			return
+		}
+		if v == nil {
+			_ = b.Delete(r.key, nil)
+			skipped++
+			continue
+		}
+		dl, err := store.DecodeDelivery(v)
+		if err != nil {
+			skipped++
+			continue
+		}
+		dl.State, dl.NextAtMs, dl.Attempts, dl.ReplayID = store.StateDue, nowMs, 0, j.ID
+		_ = b.Delete(r.key, nil)
+		_ = b.Set(store.DueKey(nowMs, r.seq, r.num), nil, nil)
+		_ = b.Set(store.DeliveryKey(r.seq, r.num), store.EncodeDelivery(dl), nil)
+		moved++
+	}
+	upd.Moved += int64(moved)
+	upd.Skipped += int64(skipped)
+	if finished {
+		upd.State = JobDone
+	}
+	upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)
+	// The cursor rides in the batch that moves the rows it passed.
+	d.putJob(b, &upd)
+	if err := d.st.Apply(b); err != nil {
+		d.log.Warn("replay step failed", "job", j.ID, "err", err)
+		return
+	}
+	j.Job = upd
+	j.tokens -= float64(len(rows))
+	d.deadGauge.Add(-int64(moved))
+	if moved > 0 {
+		d.Wake()
+	}
+}

@@ -1,0 +1,210 @@
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ankusa/ankusa/internal/sink"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+type candidate struct {
+	at  int64
+	seq uint64
+	num uint16
+}
+
+// scanAndClaim claims due rows up to the inflight bounds, round-robin
+// across sinks so one slow or busy sink cannot starve the others, and
+// starts their attempts. It returns when the next not-yet-due row falls due
+// (zero if none).
+func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
+	now := d.o.Now()
+	nowMs := now.UnixMilli()
+	durable := d.o.Durable()
+	free := min(d.o.MaxInflight-d.inflight, d.o.ScanBatch)
+
+	var next time.Time
+	byNum := map[uint16][]candidate{}
+	var order []uint16
+	seen := 0
+	limit := 4 * d.o.ScanBatch
+	upper := store.DueKey(nowMs+1, 0, 0)
+	err := d.st.Scan([]byte{store.PrefixDue}, []byte{store.PrefixDue + 1}, func(k, _ []byte) bool {
+		at, seq, num, ok := store.ParseTimedKey(k)
+		if !ok {
+			return true
+		}
+		if bytes.Compare(k, upper) >= 0 {
+			next = time.UnixMilli(at)
+			return false
+		}
+		if free <= 0 || seen >= limit {
+			// Enough candidates; rows still due are found by the next scan,
+			// which runs as soon as a slot frees up.
+			return false
+		}
+		// Rule 3: a row above durable_seq belongs to a group whose fsync has
+		// not returned (and may yet be undone). It waits.
+		if seq > durable {
+			return true
+		}
+		if b := d.breakers[num]; b != nil && !b.admits(now) {
+			return true // parked: no attempt spent while the sink is down
+		}
+		if _, ok := byNum[num]; !ok {
+			order = append(order, num)
+		}
+		byNum[num] = append(byNum[num], candidate{at, seq, num})
+		seen++
+		return true
+	})
+	if err != nil {
+		d.log.Warn("due scan failed", "err", err)
+		return now.Add(d.o.Poll)
+	}
+	if seen == 0 {
+		return next
+	}
+
+	// Round-robin pick across sinks.
+	var picked []candidate
+	probing := map[uint16]bool{}
+	for len(picked) < free {
+		progress := false
+		for _, num := range order {
+			q := byNum[num]
+			if len(q) == 0 || len(picked) >= free {
+				continue
+			}
+			if b := d.breakers[num]; b != nil && b.halfOpen(now) {
+				// Half-open: exactly one real attempt probes the sink.
+				if probing[num] || b.probing {
+					byNum[num] = nil
+					continue
+				}
+				probing[num] = true
+			}
+			picked = append(picked, q[0])
+			byNum[num] = q[1:]
+			progress = true
+		}
+		if !progress {
+			break
+		}
+	}
+
+	b := d.st.NewBatch()
+	defer b.Close()
+	var claims []claimed
+	lease := nowMs + (2 * d.o.AttemptTimeout).Milliseconds()
+	for _, c := range picked {
+		v, err := d.st.Get(store.DeliveryKey(c.seq, c.num))
+		if err != nil {
+			d.log.Warn("read delivery row", "seq", c.seq, "err", err)
+			continue
+		}
+		if v == nil {
+			// A due key without its row: left by an interrupted reclaim. Drop it.
+			_ = b.Delete(store.DueKey(c.at, c.seq, c.num), nil)
+			continue
+		}
+		dl, err := store.DecodeDelivery(v)
+		if err != nil {
+			d.log.Error("corrupt delivery row", "seq", c.seq, "sink", c.num, "err", err)
+			continue
+		}
+		size := int64(dl.Size)
+		if d.inflight > 0 && d.inflightBytes+size > d.o.MaxInflightBytes {
+			break
+		}
+		dl.State = store.StateInflight
+		_ = b.Delete(store.DueKey(c.at, c.seq, c.num), nil)
+		_ = b.Set(store.InflightKey(c.seq, c.num), store.U64(uint64(lease)), nil)
+		_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(dl), nil)
+		claims = append(claims, claimed{seq: c.seq, num: c.num, delivery: *dl, size: size})
+		d.inflight++
+		d.inflightBytes += size
+		if br := d.breakers[c.num]; br != nil && br.halfOpen(now) {
+			br.probing = true
+		}
+	}
+	if len(claims) == 0 {
+		_ = d.st.Apply(b)
+		return next
+	}
+	// Not synced: a claim lost in a crash leaves the row due, and a claim
+	// that survives returns to due at the next start. Either way it is
+	// delivered again, never dropped.
+	if err := d.st.Apply(b); err != nil {
+		d.log.Warn("claim failed", "rows", len(claims), "err", err)
+		for _, c := range claims {
+			d.inflight--
+			d.inflightBytes -= c.size
+		}
+		return now.Add(d.o.Poll)
+	}
+	d.inflightGauge.Store(int64(d.inflight))
+	for _, c := range claims {
+		d.workers.Add(1)
+		go d.attempt(ctx, c)
+	}
+	// More may be due right now: come back at once.
+	return now
+}
+
+// attempt runs one delivery on a worker and reports its result.
+func (d *Dispatcher) attempt(ctx context.Context, c claimed) {
+	defer d.workers.Done()
+	select {
+	case d.sem <- struct{}{}:
+	case <-ctx.Done():
+		d.results <- result{c: c, err: ctx.Err()}
+		return
+	}
+	defer func() { <-d.sem }()
+	start := d.o.Now()
+	id, err := d.deliverOne(ctx, c)
+	d.results <- result{c: c, id: id, err: err, dur: d.o.Now().Sub(start)}
+}
+
+var errNoTarget = errors.New("sink is no longer configured")
+
+func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) ([16]byte, error) {
+	t, ok := d.o.Targets[c.num]
+	if !ok {
+		return [16]byte{}, sink.Permanent(fmt.Errorf("%w (sink number %d, id %q)", errNoTarget, c.num, c.delivery.SinkID))
+	}
+	v, err := d.st.Get(store.HookKey(c.seq))
+	if err != nil {
+		return [16]byte{}, fmt.Errorf("read hook %d: %w", c.seq, err)
+	}
+	if v == nil {
+		return [16]byte{}, sink.Permanent(fmt.Errorf("hook %d is missing from the store", c.seq))
+	}
+	env, err := store.DecodeEnvelope(v)
+	if err != nil {
+		return [16]byte{}, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))
+	}
+	m := &sink.Message{
+		ID: uuid.UUID(env.ID), Seq: env.Seq, Tenant: env.Tenant, Source: env.Source,
+		ReceivedAt: time.Unix(0, env.ReceivedAt), ContentType: env.ContentType,
+		Headers: env.Headers, Body: env.Body, SHA256: env.SHA256,
+		DedupeKey: env.DedupeKey, ReplayID: c.delivery.ReplayID, Flagged: env.Flagged,
+		Attempt: int(c.delivery.Attempts) + 1,
+	}
+	actx, cancel := context.WithTimeout(ctx, d.o.AttemptTimeout)
+	defer cancel()
+	err = t.Sink.Deliver(actx, m)
+	if err != nil && actx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("attempt timed out after %s: %w", d.o.AttemptTimeout, err)
+	}
+	return env.ID, err
+}
+
+func isCancel(err error) bool { return errors.Is(err, context.Canceled) }

@@ -1,0 +1,263 @@
+package natssink_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/ankusa/ankusa/internal/config"
+	natssink "github.com/ankusa/ankusa/internal/sink/nats"
+)
+
+// These tests run an embedded nats-server, for what the shared server
+// cannot do: go away, come back, enforce permissions and credentials.
+
+// adminOpts make the test's own client ride out a server restart quickly.
+var adminOpts = []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(20 * time.Millisecond)}
+
+func TestSink_ServerRestart(t *testing.T) {
+	dir := t.TempDir()
+	srv := runServer(t, -1, dir, nil)
+	port := serverPort(t, srv)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	js := embeddedJetStream(t, url, adminOpts...)
+	st := makeStream(t, js, func(c *jetstream.StreamConfig) { c.Storage = jetstream.FileStorage })
+	s := newSink(t, config.NATSSink{URL: url, Subject: st.CachedInfo().Config.Subjects[0]})
+	if err := deliver(s, newMessage(nil), 5*time.Second); err != nil {
+		t.Fatalf("Deliver: %v", err)
+	}
+
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	const attempt = 2 * time.Second
+	start := time.Now()
+	err := deliver(s, newMessage(nil), attempt)
+	if d := time.Since(start); d > attempt+time.Second {
+		t.Errorf("Deliver with the server down took %s, beyond its %s deadline", d, attempt)
+	}
+	assertTransient(t, err)
+	t.Logf("server down: %v", err)
+
+	runServer(t, port, dir, nil) // same port, same store: the stream is back
+	eventuallyDelivered(t, s, newMessage(nil))
+	if n := streamMsgs(t, st); n != 2 {
+		t.Fatalf("stream holds %d messages, want 2", n)
+	}
+}
+
+func TestSink_ServerDownAtBoot(t *testing.T) {
+	port := freePort(t)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	start := time.Now()
+	s := newSink(t, config.NATSSink{URL: url, Subject: "ankusa.hooks"})
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("New took %s with the server down", d)
+	}
+	err := deliver(s, newMessage(nil), 5*time.Second)
+	assertTransient(t, err)
+	if !errors.Is(err, natssink.ErrNotConnected) {
+		t.Errorf("error %q is not ErrNotConnected", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Deliver took %s with the server down, want prompt", d)
+	}
+
+	runServer(t, port, t.TempDir(), nil)
+	js := embeddedJetStream(t, url)
+	makeStream(t, js, func(c *jetstream.StreamConfig) { c.Subjects = []string{"ankusa.hooks"} })
+	eventuallyDelivered(t, s, newMessage(nil))
+}
+
+func TestSink_PermissionViolation(t *testing.T) {
+	srv := runServer(t, -1, t.TempDir(), func(o *server.Options) {
+		o.Users = []*server.User{
+			{Username: "admin", Password: "admin"},
+			{Username: "ankusa", Password: "pw", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Deny: []string{"denied.>"}},
+			}},
+		}
+	})
+	url := srv.ClientURL()
+	js := embeddedJetStream(t, url, nats.UserInfo("admin", "admin"))
+	makeStream(t, js, func(c *jetstream.StreamConfig) { c.Subjects = []string{"denied.hooks", "allowed.hooks"} })
+
+	allowed := newSink(t, config.NATSSink{URL: url, Subject: "allowed.hooks", User: "ankusa", Password: "pw"})
+	if err := deliver(allowed, newMessage(nil), 5*time.Second); err != nil {
+		t.Fatalf("Deliver to an allowed subject: %v", err)
+	}
+
+	denied := newSink(t, config.NATSSink{URL: url, Subject: "denied.hooks", User: "ankusa", Password: "pw"})
+	const attempt = 10 * time.Second
+	start := time.Now()
+	err := deliver(denied, newMessage(nil), attempt)
+	assertPermanent(t, err)
+	if !errors.Is(err, natssink.ErrPermissionDenied) {
+		t.Errorf("error %q is not ErrPermissionDenied", err)
+	}
+	if d := time.Since(start); d > attempt/2 {
+		t.Errorf("Deliver took %s: the denial should end the attempt, not its deadline", d)
+	}
+	// The allowed sink is not disturbed by the other's denials.
+	if err := deliver(allowed, newMessage(nil), 5*time.Second); err != nil {
+		t.Fatalf("Deliver to an allowed subject after a denial: %v", err)
+	}
+}
+
+func TestSink_BadPassword(t *testing.T) {
+	srv := runServer(t, -1, t.TempDir(), func(o *server.Options) {
+		o.Users = []*server.User{{Username: "ankusa", Password: "pw"}}
+	})
+	s := newSink(t, config.NATSSink{URL: srv.ClientURL(), Subject: "ankusa.hooks", User: "ankusa", Password: "wrong"})
+	err := deliver(s, newMessage(nil), 5*time.Second)
+	assertTransient(t, err)
+	if !errors.Is(err, natssink.ErrNotConnected) {
+		t.Errorf("error %q is not ErrNotConnected", err)
+	}
+}
+
+func TestSink_ServerMaxPayload(t *testing.T) {
+	srv := runServer(t, -1, t.TempDir(), func(o *server.Options) { o.MaxPayload = 2048 })
+	js := embeddedJetStream(t, srv.ClientURL())
+	st := makeStream(t, js, nil)
+	s := newSink(t, config.NATSSink{URL: srv.ClientURL(), Subject: st.CachedInfo().Config.Subjects[0]})
+	err := deliver(s, newMessage(bytes.Repeat([]byte("x"), 4096)), 5*time.Second)
+	assertPermanent(t, err)
+	if !errors.Is(err, nats.ErrMaxPayload) {
+		t.Errorf("error %q is not nats.ErrMaxPayload", err)
+	}
+}
+
+func TestSink_Auth(t *testing.T) {
+	userKey, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedFile := writeFile(t, "user.nk", must(userKey.Seed()))
+	opKey, accKey, creds := operatorCreds(t)
+
+	for _, c := range []struct {
+		name  string
+		srv   func(*testing.T, *server.Options)
+		cfg   func(*config.NATSSink)
+		admin func(*testing.T) nats.Option
+	}{
+		{
+			name:  "user/password",
+			srv:   func(_ *testing.T, o *server.Options) { o.Username, o.Password = "ankusa", "pw" },
+			cfg:   func(c *config.NATSSink) { c.User, c.Password = "ankusa", "pw" },
+			admin: func(*testing.T) nats.Option { return nats.UserInfo("ankusa", "pw") },
+		},
+		{
+			name:  "token",
+			srv:   func(_ *testing.T, o *server.Options) { o.Authorization = "s3cret" },
+			cfg:   func(c *config.NATSSink) { c.Token = "s3cret" },
+			admin: func(*testing.T) nats.Option { return nats.Token("s3cret") },
+		},
+		{
+			name: "nkey file",
+			srv: func(_ *testing.T, o *server.Options) {
+				o.Nkeys = []*server.NkeyUser{{Nkey: must(userKey.PublicKey())}}
+			},
+			cfg: func(c *config.NATSSink) { c.NKeyFile = seedFile },
+			admin: func(t *testing.T) nats.Option {
+				o, err := nats.NkeyOptionFromSeed(seedFile)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return o
+			},
+		},
+		{
+			name: "creds file",
+			srv:  func(t *testing.T, o *server.Options) { operatorMode(t, o, opKey, accKey) },
+			cfg:  func(c *config.NATSSink) { c.CredsFile = creds },
+			admin: func(*testing.T) nats.Option {
+				return nats.UserCredentials(creds)
+			},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := runServer(t, -1, t.TempDir(), func(o *server.Options) { c.srv(t, o) })
+			js := embeddedJetStream(t, srv.ClientURL(), c.admin(t))
+			st := makeStream(t, js, nil)
+			cfg := config.NATSSink{URL: srv.ClientURL(), Subject: st.CachedInfo().Config.Subjects[0]}
+			c.cfg(&cfg)
+			s := newSink(t, cfg)
+			if err := deliver(s, newMessage(nil), 5*time.Second); err != nil {
+				t.Fatalf("Deliver: %v", err)
+			}
+			if n := streamMsgs(t, st); n != 1 {
+				t.Fatalf("stream holds %d messages, want 1", n)
+			}
+
+			noCreds := newSink(t, config.NATSSink{URL: srv.ClientURL(), Subject: cfg.Subject})
+			if err := deliver(noCreds, newMessage(nil), 5*time.Second); !errors.Is(err, natssink.ErrNotConnected) {
+				t.Fatalf("Deliver without credentials = %v, want ErrNotConnected", err)
+			}
+		})
+	}
+}
+
+// operatorCreds makes an operator, an account with JetStream, and a user
+// creds file for that account.
+func operatorCreds(t *testing.T) (op, acc nkeys.KeyPair, credsFile string) {
+	t.Helper()
+	op = must(nkeys.CreateOperator())
+	acc = must(nkeys.CreateAccount())
+	user := must(nkeys.CreateUser())
+	uc := jwt.NewUserClaims(must(user.PublicKey()))
+	userJWT := must(uc.Encode(acc))
+	creds := must(jwt.FormatUserConfig(userJWT, must(user.Seed())))
+	return op, acc, writeFile(t, "user.creds", creds)
+}
+
+// operatorMode trusts op, with a system account (JetStream needs one), and
+// serves the account JWTs from memory.
+func operatorMode(t *testing.T, o *server.Options, op, acc nkeys.KeyPair) {
+	t.Helper()
+	sys := must(nkeys.CreateAccount())
+	sysPub := must(sys.PublicKey())
+	oc := jwt.NewOperatorClaims(must(op.PublicKey()))
+	oc.SystemAccount = sysPub
+	o.TrustedOperators = []*jwt.OperatorClaims{oc}
+	o.SystemAccount = sysPub
+
+	res := &server.MemAccResolver{}
+	ac := jwt.NewAccountClaims(must(acc.PublicKey()))
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+	for pub, claims := range map[string]*jwt.AccountClaims{
+		must(acc.PublicKey()): ac,
+		sysPub:                jwt.NewAccountClaims(sysPub),
+	} {
+		if err := res.Store(pub, must(claims.Encode(op))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.AccountResolver = res
+}
+
+func writeFile(t *testing.T, name string, b []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

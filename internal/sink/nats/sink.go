@@ -1,0 +1,197 @@
+// Package natssink publishes each hook's message JSON to a JetStream stream
+// that the operator created, and reports the broker's answer to the
+// dispatcher as a classified error.
+//
+// Delivery protocol, per attempt:
+//
+//  1. The message is sink.EncodeJSON(m) on the configured subject with every
+//     sink.BrokerHeaders(m) header and Nats-Msg-Id = the hook id, so the
+//     stream's duplicate window absorbs a redelivery of the same hook (a
+//     retry after a lost PubAck, a second dispatcher after a crash).
+//  2. Deliver returns nil only after a PubAck from the stream. A plain NATS
+//     publish is never used: it "succeeds" with no stream listening.
+//  3. No responders means no stream captures the subject. That is an error
+//     (ErrNoStream), never a success. Ankusa never creates or edits a
+//     stream: retention, replicas and limits are the operator's.
+//
+// The connection is dialled in New, and a server that is down (or refuses
+// the credentials) does not fail New: the client keeps reconnecting in the
+// background, forever, with capped exponential backoff, and Deliver returns
+// ErrNotConnected (transient) meanwhile. New blocks at most for one connect
+// attempt per URL (connectTimeout). Rejected design: dialling lazily on the
+// first Deliver, which would make the first hook pay the dial and hide a bad
+// URL until traffic arrives.
+package natssink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/sink"
+)
+
+// defaultTimeout bounds one attempt when timeout_ms is unset.
+const defaultTimeout = 5 * time.Second
+
+// connectionName is how Ankusa's sink connections appear in the server's
+// connz.
+const connectionName = "ankusa-sink"
+
+// Sink publishes to one JetStream subject.
+type Sink struct {
+	url     string
+	subject string
+	timeout time.Duration
+	log     *slog.Logger
+	auth    []nats.Option
+
+	denied denials
+
+	mu        sync.Mutex
+	conn      *conn         // REQUIRES: mu held; replaced when the client gives up on it
+	closed    bool          // REQUIRES: mu held
+	stop      chan struct{} // closed by Close: ends a redial
+	redialing sync.WaitGroup
+}
+
+var _ sink.Sink = (*Sink)(nil)
+
+// New validates cfg, builds the sink and dials the server. It fails only
+// for a configuration it can never use (no URL or subject, conflicting or
+// unreadable credentials); a down server is not one of them.
+func New(cfg *config.NATSSink, log *slog.Logger) (*Sink, error) {
+	if cfg == nil {
+		return nil, errors.New("nats sink: no config")
+	}
+	if cfg.URL == "" {
+		return nil, errors.New("nats sink: url is required")
+	}
+	if cfg.Subject == "" {
+		return nil, errors.New("nats sink: subject is required")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	auth, err := authOptions(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("nats sink: %w", err)
+	}
+	s := &Sink{
+		url:     cfg.URL,
+		subject: cfg.Subject,
+		timeout: defaultTimeout,
+		log:     log.With("component", "sink", "sink_type", "nats", "subject", cfg.Subject),
+		auth:    auth,
+		denied:  newDenials(),
+		stop:    make(chan struct{}),
+	}
+	if cfg.TimeoutMs > 0 {
+		s.timeout = time.Duration(cfg.TimeoutMs) * time.Millisecond
+	}
+	c, err := s.dial()
+	if err != nil {
+		return nil, fmt.Errorf("nats sink: connect %s: %w", redactURL(cfg.URL), err)
+	}
+	s.conn = c
+	if st := c.nc.Status(); st != nats.CONNECTED {
+		s.log.Warn("nats server not reachable at start (down, or refusing the credentials); reconnecting in the background",
+			"url", redactURL(cfg.URL), "status", st.String(), "error", c.nc.LastError())
+	}
+	return s, nil
+}
+
+// Deliver publishes m and waits for the stream's PubAck, within ctx and the
+// sink's timeout_ms, whichever ends first.
+//
+// Errors: Permanent for a publish permission violation, a message over the
+// server's max_payload or the stream's max_msg_size, and a header the stream
+// refuses; everything else is transient: ErrNotConnected while the client
+// reconnects, ErrNoStream when no stream captures the subject, and the
+// context's error when the PubAck does not arrive in time.
+func (s *Sink) Deliver(ctx context.Context, m *sink.Message) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("jetstream publish to %q: %w", s.subject, err)
+	}
+	c := s.current()
+	if c == nil {
+		return fmt.Errorf("jetstream publish to %q: %w (sink closed)", s.subject, ErrNotConnected)
+	}
+	if st := c.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("jetstream publish to %q: %w (%s)", s.subject, ErrNotConnected, st)
+	}
+
+	msg := nats.NewMsg(s.subject)
+	msg.Data = sink.EncodeJSON(m)
+	for _, h := range sink.BrokerHeaders(m) {
+		msg.Header.Set(h.Key, h.Value)
+	}
+	msg.Header.Set(jetstream.MsgIDHeader, m.ID.String())
+
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	// A publish permission violation reaches the client only as an
+	// asynchronous -ERR; without this watch the attempt would wait out its
+	// whole deadline and be mistaken for a transient timeout.
+	ctx, stopWatch := s.denied.watch(ctx)
+	defer stopWatch()
+
+	ack, err := c.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return s.classify(ctx, c, len(msg.Data), err)
+	}
+	if ack.Duplicate {
+		s.log.Debug("duplicate absorbed by the stream", "id", m.ID.String(), "stream", ack.Stream, "seq", ack.Sequence)
+	}
+	return nil
+}
+
+// Close drains the connection (it carries no subscriptions of Ankusa's,
+// so this flushes what was written) and waits for it to close, at most
+// drainTimeout plus a grace. A redial in progress is stopped first.
+func (s *Sink) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.stop)
+	s.mu.Unlock()
+	s.redialing.Wait()
+
+	s.mu.Lock()
+	c := s.conn
+	s.conn = nil
+	s.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	if err := c.nc.Drain(); err != nil {
+		// Reconnecting or already closed: Drain has closed it (or it was).
+		c.nc.Close()
+	}
+	t := time.NewTimer(drainTimeout + time.Second)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return nil
+	case <-t.C:
+		c.nc.Close()
+		return fmt.Errorf("nats sink: drain did not finish within %s", drainTimeout)
+	}
+}
+
+// current is the live connection, nil after Close.
+func (s *Sink) current() *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn
+}
