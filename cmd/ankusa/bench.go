@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -28,6 +29,9 @@ func bench(args []string) int {
 	gate := fs.Bool("gate", false, "exit 1 if a target is missed or not measured")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled mode=null|disk, clients=N)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 64
 	}
 	if fs.NArg() > 0 {

@@ -103,12 +103,25 @@ func (r *Readiness) Check(ctx context.Context) (bool, map[string]any) {
 		reason = "probe_failed"
 	}
 
+	storeState, intakeState := "ok", "up"
+	if reason != "" {
+		storeState = "failing"
+	}
+	// Under dual the log is "down" only while the adapter says it is not
+	// answering; an open gate with a log that answers stays "up", so a
+	// drained node can still receive the one batch that probes the gate.
+	if ds, dual := r.q.Dual(); dual && !ds.Ready {
+		intakeState = "down"
+		if reason == "" {
+			reason = "intake_down"
+		}
+	}
 	ok := reason == ""
-	detail := map[string]any{"instance": r.instance, "intake": "up"}
+	detail := map[string]any{"instance": r.instance, "intake": intakeState, "store": storeState}
 	if ok {
-		detail["status"], detail["store"] = "ready", "ok"
+		detail["status"] = "ready"
 	} else {
-		detail["status"], detail["store"], detail["reason"] = "unready", "failing", reason
+		detail["status"], detail["reason"] = "unready", reason
 	}
 	r.noteTransition(ok, reason)
 	return ok, detail

@@ -72,9 +72,17 @@ func TestAdmin_Hook(t *testing.T) {
 		wantField(t, d, "state", "due")
 		wantField(t, d, "attempts", 0.0)
 		wantField(t, d, "last_error", "")
+		// A new hook is due at its commit time (the writer keeps due keys
+		// monotonic), which is the stored row's next_at.
 		next, _ := field(t, d, "next_at").(string)
-		if at, err := time.Parse(time.RFC3339, next); err != nil || !at.Equal(rec.ReceivedAt.Truncate(time.Millisecond)) {
-			t.Errorf("next_at = %q (%v), want %s", next, err, rec.ReceivedAt.Truncate(time.Millisecond).UTC())
+		seq := uint64(field(t, r.body, "seq").(float64))
+		row, err := e.st.Get(store.DeliveryKey(seq, 0))
+		if err != nil || row == nil {
+			t.Fatalf("delivery row: %v", err)
+		}
+		dl, _ := store.DecodeDelivery(row)
+		if at, err := time.Parse(time.RFC3339, next); err != nil || !at.Equal(time.UnixMilli(dl.NextAtMs)) {
+			t.Errorf("next_at = %q (%v), want %s", next, err, time.UnixMilli(dl.NextAtMs).UTC())
 		}
 	})
 

@@ -2,8 +2,8 @@ package admin
 
 import "net/http"
 
-// walView is GET /v1/wal. Intake is null until the dual mode ships: in
-// disk mode there is no intake log to report.
+// walView is GET /v1/wal. Intake is null under wal.type: disk: there is no
+// intake log to report.
 type walView struct {
 	Instance string    `json:"instance"`
 	WAL      walDetail `json:"wal"`
@@ -26,7 +26,23 @@ func (a *api) wal(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	s := a.d.Queue.Stats()
+	var in any
+	if ds, ok := a.d.Queue.Dual(); ok {
+		state := "up"
+		switch {
+		case !ds.Ready:
+			state = "down"
+		case ds.GateOpen:
+			state = "open"
+		}
+		in = map[string]any{
+			"node": ds.Node, "partition": 0, "offset": ds.Offset, "watermark": ds.Watermark,
+			"pending": ds.Pending.Records, "pending_bytes": ds.Pending.Bytes, "stuck": ds.Pending.Stuck,
+			"state": state,
+		}
+	}
 	writeJSON(w, http.StatusOK, walView{
+		Intake:   in,
 		Instance: a.d.Config.Node.Instance,
 		WAL: walDetail{
 			Type:       a.d.Config.WAL.Type,

@@ -162,8 +162,10 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 			var r Result
 			var err error
 			// The labels are inherited by every goroutine the run starts
-			// (servers, queue, Pebble), so a CPU profile of the whole
-			// command splits by run: go tool pprof -tagfocus mode=disk.
+			// (clients, servers, queue, dispatch), so a CPU profile of the
+			// whole command splits by run: go tool pprof -tagfocus
+			// mode=disk. Pebble relabels its own background goroutines
+			// (pebble=compact|flush|wal-sync).
 			labels := pprof.Labels("mode", string(mode), "clients", strconv.Itoa(c))
 			pprof.Do(ctx, labels, func(ctx context.Context) {
 				if mode == ModeNull {
@@ -228,6 +230,7 @@ func runDisk(ctx context.Context, o *Options, root string, clients int, body []b
 		return Result{}, err
 	}
 	if err := in.Start(); err != nil {
+		_ = in.Stop(context.Background())
 		return Result{}, err
 	}
 	defer func() {

@@ -51,6 +51,16 @@ func (v Verdict) Pass() bool {
 	return len(v.Checks) > 0
 }
 
+// Measured reports whether every target's level was run.
+func (v Verdict) Measured() bool {
+	for _, c := range v.Checks {
+		if !c.Measured {
+			return false
+		}
+	}
+	return true
+}
+
 // find returns the result for (mode, clients) at the target body size.
 func find(rs []Result, mode Mode, clients int) (Result, bool) {
 	for _, r := range rs {
@@ -205,8 +215,11 @@ func PrintSummary(w io.Writer, rs []Result) Verdict {
 		fmt.Fprintf(w, "  %s  %s: %s\n", mark, c.Name, c.Detail)
 	}
 	overall := "MISS"
-	if v.Pass() {
+	switch {
+	case v.Pass():
 		overall = "PASS"
+	case !v.Measured():
+		overall = "MISS (not every target was measured)"
 	}
 	fmt.Fprintf(w, "overall: %s\n", overall)
 	return v

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 )
 
@@ -47,6 +48,25 @@ const (
 	defaultRetryBaseMs      = 100
 	defaultRetryMaxMs       = 300_000
 	defaultRetryMaxAttempts = 84
+
+	// Intake (wal.type: dual), ADR DUR-1 section 11. intake.type and
+	// intake.node_id have no default: dual requires them.
+	defaultIntakeFleet               = "default"
+	defaultIntakePublishTimeoutMs    = 2_000
+	defaultIntakeReconcileDeadlineMs = 20_000
+	defaultIntakeBreakerFailures     = 3
+	defaultIntakeProbeMs             = 1_000
+	defaultIntakeRetryAfterS         = 2
+	defaultIntakeOffsetFlushMs       = 1_000
+	defaultIntakeMaxRecordBytes      = 10_000_000
+	defaultIntakeRecoverOnBoot       = true
+	defaultIntakeVerifyTopic         = true
+	defaultIntakePendingMaxRecords   = 50_000
+	defaultIntakePendingMaxBytes     = 256 << 20
+	defaultIntakeMemoryConfirmMs     = 0
+	// intakeMemoryDir is the memory log's directory under node.data_dir
+	// when intake.memory.path is empty (see IntakeMemoryPath).
+	intakeMemoryDir = "intake"
 
 	// Sink timeouts: an HTTP POST is one round trip; a broker publish may
 	// wait for a leader election or a reconnect, hence the longer default.
@@ -128,6 +148,8 @@ func applyDefaults(c *Config, given func(key string) bool) {
 	def(given, "dispatch.breaker_failures", &d.BreakerFailures, defaultBreakerFailures)
 	def(given, "dispatch.breaker_cooldown_ms", &d.BreakerCooldownMs, defaultBreakerCooldownMs)
 
+	applyIntakeDefaults(&c.Intake, given)
+
 	r := &c.Retry
 	def(given, "retry.base_ms", &r.BaseMs, defaultRetryBaseMs)
 	def(given, "retry.max_ms", &r.MaxMs, defaultRetryMaxMs)
@@ -166,6 +188,58 @@ func applyDefaults(c *Config, given func(key string) bool) {
 		}
 		c.Sources[id] = s
 	}
+}
+
+// applyIntakeDefaults fills the intake block. It runs under every wal.type:
+// the block is ignored under disk, but a complete effective config is what
+// GET /v1/config shows and what a switch to dual starts from.
+func applyIntakeDefaults(in *IntakeConfig, given func(string) bool) {
+	def(given, "intake.fleet", &in.Fleet, defaultIntakeFleet)
+	def(given, "intake.publish_timeout_ms", &in.PublishTimeoutMs, defaultIntakePublishTimeoutMs)
+	def(given, "intake.reconcile_deadline_ms", &in.ReconcileDeadlineMs, defaultIntakeReconcileDeadlineMs)
+	def(given, "intake.breaker_failures", &in.BreakerFailures, defaultIntakeBreakerFailures)
+	def(given, "intake.probe_ms", &in.ProbeMs, defaultIntakeProbeMs)
+	def(given, "intake.retry_after_s", &in.RetryAfterS, defaultIntakeRetryAfterS)
+	def(given, "intake.offset_flush_ms", &in.OffsetFlushMs, defaultIntakeOffsetFlushMs)
+	def(given, "intake.max_record_bytes", &in.MaxRecordBytes, defaultIntakeMaxRecordBytes)
+	if !given("intake.recover_on_boot") {
+		in.RecoverOnBoot = new(defaultIntakeRecoverOnBoot)
+	}
+	if !given("intake.verify_topic") {
+		in.VerifyTopic = new(defaultIntakeVerifyTopic)
+	}
+	def(given, "intake.pending.max_records", &in.Pending.MaxRecords, defaultIntakePendingMaxRecords)
+	def(given, "intake.pending.max_bytes", &in.Pending.MaxBytes, defaultIntakePendingMaxBytes)
+	// A memory block written under any type gets its defaults here; under
+	// intake.type: memory an absent one is added after the env overrides
+	// (completeIntakeMemory). Its path default depends on node.data_dir,
+	// which an env override may still change, so it stays "" (see
+	// IntakeMemoryPath).
+	if m := in.Memory; m != nil {
+		def(given, "intake.memory.path", &m.Path, "")
+		def(given, "intake.memory.confirm_latency_ms", &m.ConfirmLatencyMs, defaultIntakeMemoryConfirmMs)
+	}
+}
+
+// completeIntakeMemory gives intake.type: memory its block (every key at its
+// default) when none was written, so a loaded config never has a nil
+// Intake.Memory under that type. It runs after the env overrides, since
+// ANKUSA_INTAKE_TYPE may be what chose memory.
+func completeIntakeMemory(c *Config) {
+	if c.Intake.Type == "memory" && c.Intake.Memory == nil {
+		c.Intake.Memory = &IntakeMemory{Path: "", ConfirmLatencyMs: defaultIntakeMemoryConfirmMs}
+	}
+}
+
+// IntakeMemoryPath is the directory of the memory intake log:
+// intake.memory.path when set, else <node.data_dir>/intake. It is resolved
+// here, on use, rather than stored as a default, so that ANKUSA_DATA_DIR
+// (applied after defaults) moves it too.
+func (c *Config) IntakeMemoryPath() string {
+	if m := c.Intake.Memory; m != nil && m.Path != "" {
+		return m.Path
+	}
+	return filepath.Join(c.Node.DataDir, intakeMemoryDir)
 }
 
 // def sets *dst to v unless key was given.

@@ -28,6 +28,8 @@ func envOverrides() []envOverride {
 		{"ANKUSA_LOG_LEVEL", "log.level", setString(func(c *Config) *string { return &c.Log.Level })},
 		{"ANKUSA_LOG_FORMAT", "log.format", setString(func(c *Config) *string { return &c.Log.Format })},
 		{"ANKUSA_WAL_TYPE", "wal.type", setString(func(c *Config) *string { return &c.WAL.Type })},
+		{"ANKUSA_INTAKE_TYPE", "intake.type", setString(func(c *Config) *string { return &c.Intake.Type })},
+		{"ANKUSA_INTAKE_NODE_ID", "intake.node_id", setString(func(c *Config) *string { return &c.Intake.NodeID })},
 	}
 }
 

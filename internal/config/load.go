@@ -95,6 +95,7 @@ func LoadBytes(data []byte, getenv func(string) (string, bool)) (*Config, error)
 // violation together.
 func finish(c *Config, getenv func(string) (string, bool)) (*Config, error) {
 	setBy, errs := applyEnv(c, getenv)
+	completeIntakeMemory(c)
 	if err := c.Validate(); err != nil {
 		var verrs Errors
 		if !errors.As(err, &verrs) {

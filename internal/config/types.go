@@ -14,9 +14,57 @@ type Config struct {
 	Batcher  BatcherConfig           `yaml:"batcher" json:"batcher"`
 	WAL      WALConfig               `yaml:"wal" json:"wal"`
 	Dedupe   DedupeConfig            `yaml:"dedupe" json:"dedupe"`
+	Intake   IntakeConfig            `yaml:"intake" json:"intake"`
 	Dispatch DispatchConfig          `yaml:"dispatch" json:"dispatch"`
 	Retry    RetryConfig             `yaml:"retry" json:"retry"`
 	Sources  map[string]SourceConfig `yaml:"sources" json:"sources"`
+}
+
+// IntakeConfig is the replicated intake log of wal.type: dual (ADR DUR-1
+// section 11). Every key but Type and NodeID has a default; the block is
+// ignored under disk, though its keys are still range-checked there.
+type IntakeConfig struct {
+	// Type: memory (tests and demos only: not replicated) | kafka | jetstream. Required under dual.
+	Type string `yaml:"type" json:"type"`
+	// NodeID is this node's stable identity in the log, [a-z0-9._-]{1,64}. Required under dual.
+	NodeID string `yaml:"node_id" json:"node_id"`
+	// Fleet names the fleet; part of the topic / subject. Default "default", [a-z0-9._-]{1,64}.
+	Fleet string `yaml:"fleet" json:"fleet"`
+	// PublishTimeoutMs bounds one publish attempt. Default 2_000, 100..60_000, < batcher.deadline_ms.
+	PublishTimeoutMs int `yaml:"publish_timeout_ms" json:"publish_timeout_ms"`
+	// ReconcileDeadlineMs: a carried record older than this is stuck. Default 20_000, 1_000..600_000.
+	ReconcileDeadlineMs int `yaml:"reconcile_deadline_ms" json:"reconcile_deadline_ms"`
+	// BreakerFailures consecutive failed publishes open the gate. Default 3, 1..100.
+	BreakerFailures int `yaml:"breaker_failures" json:"breaker_failures"`
+	// ProbeMs: an open gate admits one batch after this long. Default 1_000, 100..60_000.
+	ProbeMs int `yaml:"probe_ms" json:"probe_ms"`
+	// RetryAfterS is the Retry-After of 503 intake_unavailable. Default 2, 1..300.
+	RetryAfterS int `yaml:"retry_after_s" json:"retry_after_s"`
+	// OffsetFlushMs: how often the watermark and offset are written. Default 1_000, 100..60_000.
+	OffsetFlushMs int `yaml:"offset_flush_ms" json:"offset_flush_ms"`
+	// MaxRecordBytes bounds one record. Default 10_000_000; >= http.max_body_bytes + 65_536.
+	MaxRecordBytes int64 `yaml:"max_record_bytes" json:"max_record_bytes"`
+	// RecoverOnBoot replays the log at boot. Default true.
+	RecoverOnBoot *bool `yaml:"recover_on_boot" json:"recover_on_boot"`
+	// VerifyTopic checks the topic/stream settings at boot. Default true.
+	VerifyTopic *bool         `yaml:"verify_topic" json:"verify_topic"`
+	Pending     IntakePending `yaml:"pending" json:"pending"`
+	Memory      *IntakeMemory `yaml:"memory" json:"memory,omitempty"`
+}
+
+// IntakePending bounds the pending set (records not yet confirmed in both places).
+type IntakePending struct {
+	MaxRecords int   `yaml:"max_records" json:"max_records"` // default 50_000, 1..10_000_000
+	MaxBytes   int64 `yaml:"max_bytes" json:"max_bytes"`     // default 256 MiB, 1 MiB..64 GiB
+}
+
+// IntakeMemory is the file-backed test log (intake.type: memory).
+type IntakeMemory struct {
+	// Path is the log directory; it may live outside node.data_dir so that it
+	// outlives the "host" in drills. Default <data_dir>/intake.
+	Path string `yaml:"path" json:"path"`
+	// ConfirmLatencyMs is an injected wait before each confirm. Default 0, 0..60_000.
+	ConfirmLatencyMs int `yaml:"confirm_latency_ms" json:"confirm_latency_ms"`
 }
 
 // DispatchConfig bounds delivery.
@@ -99,8 +147,8 @@ type BatcherConfig struct {
 
 // WALConfig chooses what a 2xx means.
 type WALConfig struct {
-	// Type: "disk" (default; fsynced in the local store). "dual" and "none"
-	// are refused until they ship.
+	// Type: "disk" (default; fsynced in the local store) or "dual" (fsynced
+	// locally AND confirmed by the intake log). "none" is refused until it ships.
 	Type string `yaml:"type" json:"type"`
 }
 

@@ -112,9 +112,9 @@ func TestRules(t *testing.T) {
 		{"log format json", func(c *config.Config) { c.Log.Format = "json" }, "", ""},
 		{"log format bad", func(c *config.Config) { c.Log.Format = "xml" }, "log.format", `got "xml"`},
 		{"log level empty", func(c *config.Config) { c.Log.Level = "" }, "log.level", "must be set (one of debug|info|warn|error)"},
-		{"wal dual", func(c *config.Config) { c.WAL.Type = "dual" }, "wal.type", `"dual" is not available yet (supported: disk)`},
-		{"wal none", func(c *config.Config) { c.WAL.Type = "none" }, "wal.type", `"none" is not available yet (supported: disk)`},
-		{"wal typo", func(c *config.Config) { c.WAL.Type = "dsk" }, "wal.type", `must be one of disk, got "dsk"`},
+		{"wal dual needs intake", func(c *config.Config) { c.WAL.Type = "dual" }, "intake.type", "required when wal.type is dual"},
+		{"wal none", func(c *config.Config) { c.WAL.Type = "none" }, "wal.type", `"none" is not available yet (supported: disk|dual)`},
+		{"wal typo", func(c *config.Config) { c.WAL.Type = "dsk" }, "wal.type", `must be one of disk|dual, got "dsk"`},
 		{"dedupe fleet", func(c *config.Config) { c.Dedupe.Scope = "fleet" }, "dedupe.scope", `"fleet" is not available yet (supported: node)`},
 		{"verify hmac", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Verify.Type = "hmac" }) }, "sources.demo.verify.type", `must be one of none, got "hmac"`},
 		{"sink type", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Sinks[0].Type = "smtp" }) }, "sources.demo.sinks[0].type", `must be one of log|http|kafka|nats|rabbitmq, got "smtp"`},
@@ -271,7 +271,7 @@ sources:
 	_, err := config.LoadBytes([]byte(yml), noEnv)
 	errs := asErrors(t, err)
 	want := []string{
-		"http.port", "http.routing", "http.prefix", "log.level", "batcher.partitions", "wal.type",
+		"http.port", "http.routing", "http.prefix", "log.level", "batcher.partitions", "intake.type", "intake.node_id",
 		"sources.bad id!", "sources.bad id!.verify.type", "sources.bad id!.sinks[1].id", "sources.demo.sinks",
 	}
 	for _, k := range want {

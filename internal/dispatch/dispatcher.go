@@ -139,8 +139,12 @@ type Dispatcher struct {
 	// owned by the run goroutine
 	inflight      int
 	inflightBytes int64
-	breakers      map[uint16]*breaker
-	jobs          map[string]*job
+	// low is the due-scan cursor (ms): no due row exists below it. Every
+	// due key written after it was set is at or above it — the writer's are
+	// monotonic and dispatch's own writes lower it (noteDue).
+	low      int64
+	breakers map[uint16]*breaker
+	jobs     map[string]*job
 
 	inflightGauge atomic.Int64
 	deadGauge     atomic.Int64
@@ -330,4 +334,9 @@ func (d *Dispatcher) recoverInflight() error {
 	}
 	d.log.Info("returned inflight deliveries to due", "rows", len(rows))
 	return nil
+}
+
+// noteDue keeps the scan cursor at or below a due key dispatch writes.
+func (d *Dispatcher) noteDue(at int64) {
+	d.low = min(d.low, at)
 }

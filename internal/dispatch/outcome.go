@@ -99,6 +99,7 @@ func (d *Dispatcher) record(rs []result) {
 		next := nowMs + d.o.Retry.Delay(max(int(dl.Attempts), 1), d.o.Jitter(), retryAfter).Milliseconds()
 		dl.State, dl.NextAtMs = store.StateDue, next
 		_ = b.Set(store.DueKey(next, c.seq, c.num), nil, nil)
+		d.noteDue(next)
 		_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
 		outs = append(outs, outcome{dl.SinkID, "retry", r.dur})
 	}

@@ -297,6 +297,7 @@ func (d *Dispatcher) stepJob(j *job, n int, now time.Time) {
 		dl.State, dl.NextAtMs, dl.Attempts, dl.ReplayID = store.StateDue, nowMs, 0, j.ID
 		_ = b.Delete(r.key, nil)
 		_ = b.Set(store.DueKey(nowMs, r.seq, r.num), nil, nil)
+		d.noteDue(nowMs)
 		_ = b.Set(store.DeliveryKey(r.seq, r.num), store.EncodeDelivery(dl), nil)
 		moved++
 	}

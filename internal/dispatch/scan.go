@@ -35,7 +35,11 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 	seen := 0
 	limit := 4 * d.o.ScanBatch
 	upper := store.DueKey(nowMs+1, 0, 0)
-	err := d.st.Scan([]byte{store.PrefixDue}, []byte{store.PrefixDue + 1}, func(k, _ []byte) bool {
+	// Start at the cursor: below it are only the tombstones of rows already
+	// claimed, which an LSM would otherwise step over on every scan.
+	low := int64(-1) // the earliest row left due by this scan, -1 = none
+	var lastAt int64 = d.low
+	err := d.st.Scan(store.DueKey(d.low, 0, 0), []byte{store.PrefixDue + 1}, func(k, _ []byte) bool {
 		at, seq, num, ok := store.ParseTimedKey(k)
 		if !ok {
 			return true
@@ -44,17 +48,27 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 			next = time.UnixMilli(at)
 			return false
 		}
+		lastAt = at
 		if free <= 0 || seen >= limit {
 			// Enough candidates; rows still due are found by the next scan,
 			// which runs as soon as a slot frees up.
+			if low < 0 {
+				low = at
+			}
 			return false
 		}
 		// Rule 3: a row above durable_seq belongs to a group whose fsync has
 		// not returned (and may yet be undone). It waits.
 		if seq > durable {
+			if low < 0 {
+				low = at
+			}
 			return true
 		}
 		if b := d.breakers[num]; b != nil && !b.admits(now) {
+			if low < 0 {
+				low = at
+			}
 			return true // parked: no attempt spent while the sink is down
 		}
 		if _, ok := byNum[num]; !ok {
@@ -68,12 +82,27 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 		d.log.Warn("due scan failed", "err", err)
 		return now.Add(d.o.Poll)
 	}
+	// Candidates not picked below stay due: the cursor must not pass them.
+	defer func() {
+		if low < 0 {
+			low = lastAt
+		}
+		d.low = low
+	}()
 	if seen == 0 {
 		return next
 	}
 
 	// Round-robin pick across sinks.
 	var picked []candidate
+	defer func() {
+		// Whatever was seen but not claimed keeps the cursor at or below it.
+		for _, q := range byNum {
+			for _, c := range q {
+				d.lower(&low, c.at)
+			}
+		}
+	}()
 	probing := map[uint16]bool{}
 	for len(picked) < free {
 		progress := false
@@ -103,10 +132,11 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 	defer b.Close()
 	var claims []claimed
 	lease := nowMs + (2 * d.o.AttemptTimeout).Milliseconds()
-	for _, c := range picked {
+	for i, c := range picked {
 		v, err := d.st.Get(store.DeliveryKey(c.seq, c.num))
 		if err != nil {
 			d.log.Warn("read delivery row", "seq", c.seq, "err", err)
+			d.lower(&low, c.at)
 			continue
 		}
 		if v == nil {
@@ -121,6 +151,9 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 		}
 		size := int64(dl.Size)
 		if d.inflight > 0 && d.inflightBytes+size > d.o.MaxInflightBytes {
+			for _, rest := range picked[i:] {
+				d.lower(&low, rest.at)
+			}
 			break
 		}
 		dl.State = store.StateInflight
@@ -205,6 +238,13 @@ func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) ([16]byte, error
 		err = fmt.Errorf("attempt timed out after %s: %w", d.o.AttemptTimeout, err)
 	}
 	return env.ID, err
+}
+
+// lower moves a scan's low mark down to at.
+func (d *Dispatcher) lower(low *int64, at int64) {
+	if *low < 0 || at < *low {
+		*low = at
+	}
 }
 
 func isCancel(err error) bool { return errors.Is(err, context.Canceled) }

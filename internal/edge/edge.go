@@ -68,6 +68,9 @@ type Options struct {
 	Logger         *slog.Logger
 	Now            func() time.Time
 	RetryAfterSecs int // for 503 overload / store_unavailable; default 1
+	// IntakeRetryAfterSecs is the Retry-After of 503 intake_unavailable
+	// (intake.retry_after_s); default 2.
+	IntakeRetryAfterSecs int
 }
 
 // Handler serves POST {prefix}/{source} or {prefix}/{tenant}/{source}.
@@ -86,6 +89,9 @@ func New(o Options) *Handler {
 	}
 	if o.RetryAfterSecs <= 0 {
 		o.RetryAfterSecs = 1
+	}
+	if o.IntakeRetryAfterSecs <= 0 {
+		o.IntakeRetryAfterSecs = 2
 	}
 	return &Handler{o: o, log: o.Logger.With("component", "edge")}
 }
@@ -182,16 +188,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	res, err := h.o.Committer.Submit(r.Context(), rec)
 	switch {
 	case err == nil:
-		out := map[string]any{"status": "accepted", "id": uuid.UUID(res.ID).String()}
 		outcome := OutcomeAccepted
 		if res.Duplicate {
-			out["duplicate"] = true
 			outcome = OutcomeDuplicate
 		}
-		writeJSON(w, http.StatusCreated, out)
+		writeAccepted(w, res)
 		h.o.Observer.Ingest(src.ID, outcome, h.o.Now().Sub(start))
 	case errors.Is(err, queue.ErrOverload):
-		h.unavailable(w, start, src.ID, "overload")
+		h.unavailable(w, start, src.ID, "overload", h.o.RetryAfterSecs)
+	case errors.Is(err, queue.ErrIntakeUnavailable):
+		h.unavailable(w, start, src.ID, "intake_unavailable", h.o.IntakeRetryAfterSecs)
+	case errors.Is(err, queue.ErrIntakePending):
+		h.unavailable(w, start, src.ID, "intake_pending", 1)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The client is gone; nobody reads an answer. The hook may still be
 		// committed, exactly as if the connection dropped after the 201.
@@ -200,7 +208,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !errors.Is(err, queue.ErrStoreUnavailable) && !errors.Is(err, queue.ErrClosed) {
 			h.log.Error("commit failed", "source", src.ID, "err", err)
 		}
-		h.unavailable(w, start, src.ID, "store_unavailable")
+		h.unavailable(w, start, src.ID, "store_unavailable", h.o.RetryAfterSecs)
 	}
 }
 
@@ -219,9 +227,9 @@ func (h *Handler) reject(w http.ResponseWriter, start time.Time, label string, s
 
 // unavailable answers 503 with Retry-After: the provider will retry, and
 // nothing was stored that a retry could collide with.
-func (h *Handler) unavailable(w http.ResponseWriter, start time.Time, label, reason string) {
+func (h *Handler) unavailable(w http.ResponseWriter, start time.Time, label, reason string, retryAfter int) {
 	h.o.Observer.IngestRefused(reason)
-	w.Header().Set("Retry-After", strconv.Itoa(h.o.RetryAfterSecs))
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
 	writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": reason})
 	h.o.Observer.Ingest(label, OutcomeRefused, h.o.Now().Sub(start))
 }
@@ -278,4 +286,22 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeAccepted writes the 201 body by hand: it is the hot path's only
+// answer, and a map through encoding/json cost measurably more.
+func writeAccepted(w http.ResponseWriter, res queue.Result) {
+	var buf [96]byte
+	b := append(buf[:0], `{"id":"`...)
+	b = append(b, uuid.UUID(res.ID).String()...)
+	b = append(b, `","status":"accepted"`...)
+	if res.Duplicate {
+		b = append(b, `,"duplicate":true`...)
+	}
+	b = append(b, "}\n"...)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusCreated)
+	_, _ = w.Write(b)
 }

@@ -42,6 +42,8 @@ const (
 	ReasonBodyReadFailed   = "body_read_failed"
 	ReasonUnknownSource    = "unknown_source"
 	ReasonClosed           = "closed"
+	ReasonIntakeUnavail    = "intake_unavailable"
+	ReasonIntakePending    = "intake_pending"
 	ReasonOther            = "other"
 )
 
@@ -49,7 +51,7 @@ var outcomes = []string{OutcomeAccepted, OutcomeDuplicate, OutcomeRefused, Outco
 
 var reasons = []string{
 	ReasonOverload, ReasonStoreUnavailable, ReasonPayloadTooLarge, ReasonInvalidHeader,
-	ReasonBodyReadFailed, ReasonUnknownSource, ReasonClosed,
+	ReasonBodyReadFailed, ReasonUnknownSource, ReasonClosed, ReasonIntakeUnavail, ReasonIntakePending,
 }
 
 // Buckets, in seconds. An ingest spans a group commit and one fsync; an
@@ -77,6 +79,11 @@ type Metrics struct {
 	commitBatch    prometheus.Histogram
 	syncDuration   prometheus.Histogram
 	syncFailures   prometheus.Counter
+
+	intakePublish    *prometheus.HistogramVec // outcome; nil unless InitIntake
+	intakeFailures   *prometheus.CounterVec   // class
+	intakeRefused    *prometheus.CounterVec   // reason
+	intakeReconciled *prometheus.CounterVec   // half
 
 	deliveries       *prometheus.CounterVec // result, sink
 	deliveryDuration prometheus.Histogram
@@ -252,7 +259,7 @@ type dispatchCollector struct {
 
 var (
 	descPending  = prometheus.NewDesc("ankusa_queue_pending", "Delivery rows due or waiting for a retry.", nil, nil)
-	descInflight = prometheus.NewDesc("ankusa_queue_inflight", "Delivery rows claimed by an attempt in flight.", nil, nil)
+	descInflight = prometheus.NewDesc("ankusa_queue_inflight", "Delivery rows claimed by dispatch (waiting for a worker or being attempted); returned to due at restart.", nil, nil)
 	descDead     = prometheus.NewDesc("ankusa_queue_dead", "Delivery rows in the dead-letter queue.", nil, nil)
 	descOldest   = prometheus.NewDesc("ankusa_queue_oldest_due_age_seconds", "How long the oldest due row has waited (dispatch lag).", nil, nil)
 )
@@ -270,4 +277,112 @@ func (c *dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(g.Inflight))
 	ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(g.Dead))
 	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, g.OldestDueAge.Seconds())
+}
+
+// Dual reports through this interface.
+var _ queue.DualObserver = (*Metrics)(nil)
+
+var (
+	intakeClasses   = []string{"ok", "unavailable", "throttled", "not_found", "permanent"}
+	intakeRefusals  = []string{"breaker", "backlog", "pending_dedupe", "record_too_large"}
+	intakeHalves    = []string{"local", "log"}
+	descIntakeRecs  = prometheus.NewDesc("ankusa_intake_pending_records", "Records not yet confirmed in both the store and the intake log.", nil, nil)
+	descIntakeBytes = prometheus.NewDesc("ankusa_intake_pending_bytes", "Bytes held by the pending set.", nil, nil)
+	descIntakeAge   = prometheus.NewDesc("ankusa_intake_reconcile_oldest_age_seconds", "Age of the oldest pending record.", nil, nil)
+	descIntakeStuck = prometheus.NewDesc("ankusa_intake_reconcile_stuck", "Pending records past intake.reconcile_deadline_ms (alert when > 0).", nil, nil)
+	descIntakeReady = prometheus.NewDesc("ankusa_intake_ready", "1 when the intake gate is closed and the log answers, else 0.", nil, nil)
+)
+
+// InitIntake registers the ankusa_intake_* series (wal.type: dual only) and
+// the gauges read from stats at scrape time.
+func (m *Metrics) InitIntake(stats func() (queue.DualStats, bool)) {
+	m.intakePublish = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "ankusa_intake_publish_duration_seconds", Help: "One publish to the intake log, by outcome.",
+		Buckets: syncBuckets,
+	}, []string{"outcome"})
+	m.intakeFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ankusa_intake_failures_total", Help: "Failed publishes to the intake log, by class.",
+	}, []string{"class"})
+	m.intakeRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ankusa_intake_refused_total", Help: "Records refused before any seq under dual, by reason.",
+	}, []string{"reason"})
+	m.intakeReconciled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ankusa_intake_reconciled_total", Help: "Carried halves completed by the reconciler, by half.",
+	}, []string{"half"})
+	for _, c := range intakeClasses {
+		m.intakePublish.WithLabelValues(c)
+		if c != "ok" {
+			m.intakeFailures.WithLabelValues(c)
+		}
+	}
+	for _, r := range intakeRefusals {
+		m.intakeRefused.WithLabelValues(r)
+	}
+	for _, h := range intakeHalves {
+		m.intakeReconciled.WithLabelValues(h)
+	}
+	m.reg.MustRegister(m.intakePublish, m.intakeFailures, m.intakeRefused, m.intakeReconciled, &intakeCollector{stats: stats})
+}
+
+// IntakePublish implements queue.DualObserver.
+func (m *Metrics) IntakePublish(d time.Duration, class string) {
+	if m.intakePublish == nil {
+		return
+	}
+	if !contains(intakeClasses, class) {
+		class = "unavailable"
+	}
+	m.intakePublish.WithLabelValues(class).Observe(d.Seconds())
+	if class != "ok" {
+		m.intakeFailures.WithLabelValues(class).Inc()
+	}
+}
+
+// IntakeRefused implements queue.DualObserver.
+func (m *Metrics) IntakeRefused(reason string) {
+	if m.intakeRefused != nil && contains(intakeRefusals, reason) {
+		m.intakeRefused.WithLabelValues(reason).Inc()
+	}
+}
+
+// IntakeReconciled implements queue.DualObserver.
+func (m *Metrics) IntakeReconciled(half string) {
+	if m.intakeReconciled != nil && contains(intakeHalves, half) {
+		m.intakeReconciled.WithLabelValues(half).Inc()
+	}
+}
+
+func contains(set []string, v string) bool {
+	for _, s := range set {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+type intakeCollector struct {
+	stats func() (queue.DualStats, bool)
+}
+
+func (c *intakeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descIntakeRecs, descIntakeBytes, descIntakeAge, descIntakeStuck, descIntakeReady} {
+		ch <- d
+	}
+}
+
+func (c *intakeCollector) Collect(ch chan<- prometheus.Metric) {
+	s, ok := c.stats()
+	if !ok {
+		return
+	}
+	ready := 0.0
+	if s.Ready && !s.GateOpen {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descIntakeRecs, prometheus.GaugeValue, float64(s.Pending.Records))
+	ch <- prometheus.MustNewConstMetric(descIntakeBytes, prometheus.GaugeValue, float64(s.Pending.Bytes))
+	ch <- prometheus.MustNewConstMetric(descIntakeAge, prometheus.GaugeValue, s.Pending.OldestAge.Seconds())
+	ch <- prometheus.MustNewConstMetric(descIntakeStuck, prometheus.GaugeValue, float64(s.Pending.Stuck))
+	ch <- prometheus.MustNewConstMetric(descIntakeReady, prometheus.GaugeValue, ready)
 }

@@ -113,6 +113,8 @@ type Options struct {
 	// OnDurable is called (on the syncer goroutine; it must not block) each
 	// time durable_seq rises, so dispatch wakes on commits instead of polling.
 	OnDurable func()
+	// Dual, when set, makes every group a dual commit (wal.type: dual).
+	Dual *DualOptions
 	// Logger for the writer and fence; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -184,6 +186,12 @@ func New(st *store.Store, opts Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Dual != nil {
+		if opts.Dual.Intake == nil {
+			return nil, errors.New("queue: dual commit needs an intake")
+		}
+		w.dual = newDualState(*opts.Dual, q.batcher, q.opts.Logger, q.opts.Now)
+	}
 	q.writer = w
 	return q, nil
 }
@@ -195,6 +203,10 @@ func (q *Queue) Start() {
 	q.done = make(chan struct{})
 	syncDone := make(chan struct{})
 	go func() { defer close(syncDone); q.syncer.run() }()
+	if q.writer.dual != nil {
+		rec := &reconciler{w: q.writer, d: q.writer.dual}
+		go rec.run(ctx)
+	}
 	go func() {
 		defer close(q.done)
 		q.writer.run(ctx)
@@ -292,4 +304,30 @@ func (q *Queue) Close() {
 	q.batcher.close()
 	q.cancel()
 	<-q.done
+	// A clean stop leaves the watermark and offset as far as they honestly go.
+	q.writer.flushMarks()
+}
+
+// DualStats is the intake side of /v1/wal, /ready and the metrics.
+type DualStats struct {
+	Node      string
+	GateOpen  bool
+	Ready     bool
+	Watermark uint64
+	Offset    int64
+	Pending   PendingStats
+}
+
+// Dual reports the dual commit's state; ok is false under wal.type: disk.
+func (q *Queue) Dual() (s DualStats, ok bool) {
+	d := q.writer.dual
+	if d == nil {
+		return DualStats{}, false
+	}
+	wm, off := d.pending.marks(q.writer.nextSeqPublic.Load())
+	return DualStats{
+		Node: d.node, GateOpen: d.gate.open(), Ready: d.in.Ready(),
+		Watermark: wm, Offset: int64(off),
+		Pending: d.pending.stats(q.opts.Now(), d.opts.ReconcileDeadline),
+	}, true
 }

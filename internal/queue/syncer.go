@@ -19,6 +19,10 @@ type pendingReply struct {
 // handoff is what the writer gives the syncer after applying a group.
 type handoff struct {
 	replies []pendingReply
+	// onLocal, under dual, receives the local half's outcome instead of the
+	// replies being answered: the group's join answers once the log's half
+	// is in too.
+	onLocal func(error)
 }
 
 // syncer runs the WAL fsyncs. It never applies anything: one fsync covers
@@ -154,6 +158,16 @@ func (s *syncer) run() {
 func (s *syncer) answerAll(batch []handoff, err error) {
 	d := s.durable.Load()
 	for _, h := range batch {
+		if h.onLocal != nil {
+			lerr := err
+			for _, r := range h.replies {
+				if lerr == nil && r.need > d {
+					lerr = fmt.Errorf("%w: seq %d not durable (durable %d)", ErrStoreUnavailable, r.need, d)
+				}
+			}
+			h.onLocal(lerr)
+			continue
+		}
 		for _, r := range h.replies {
 			switch {
 			case err != nil:

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/store"
 )
 
@@ -38,8 +39,9 @@ type writer struct {
 	s    *syncer
 	log  *slog.Logger
 
-	nextSeq  uint64         // owned by the run goroutine
-	unsynced []appliedGroup // owned by the run goroutine
+	nextSeq   uint64         // owned by the run goroutine
+	lastDueAt int64          // owned by the run goroutine: due keys of new hooks never go back in time
+	unsynced  []appliedGroup // owned by the run goroutine
 
 	nextSeqPublic atomic.Uint64
 	hooks         atomic.Uint64
@@ -50,6 +52,9 @@ type writer struct {
 
 	fenceCh  chan error // capacity 1: the syncer's "an fsync failed"
 	sweepReq chan sweepRequest
+	localReq chan localRequest // the reconciler's complete-local requests
+
+	dual *dualState // nil under wal.type: disk
 }
 
 func newWriter(st *store.Store, opts *Options, b *batcher, s *syncer) (*writer, error) {
@@ -58,6 +63,7 @@ func newWriter(st *store.Store, opts *Options, b *batcher, s *syncer) (*writer, 
 		log:      opts.Logger.With("component", "writer"),
 		fenceCh:  make(chan error, 1),
 		sweepReq: make(chan sweepRequest),
+		localReq: make(chan localRequest),
 	}
 	s.onFail = func(err error) {
 		select {
@@ -120,11 +126,16 @@ func (w *writer) recount() error {
 }
 
 func (w *writer) run(ctx context.Context) {
-	var tick <-chan time.Time
+	var tick, flush <-chan time.Time
 	if w.opts.SweepInterval > 0 {
 		t := time.NewTicker(w.opts.SweepInterval)
 		defer t.Stop()
 		tick = t.C
+	}
+	if w.dual != nil {
+		t := time.NewTicker(w.dual.opts.OffsetFlush)
+		defer t.Stop()
+		flush = t.C
 	}
 	for {
 		select {
@@ -148,6 +159,10 @@ func (w *writer) run(ctx context.Context) {
 		case req := <-w.sweepReq:
 			n, err := w.sweep()
 			req.reply <- sweepResult{n, err}
+		case req := <-w.localReq:
+			req.reply <- w.completeLocal(req.entries)
+		case <-flush:
+			w.flushMarks()
 		case <-tick:
 			if _, err := w.sweep(); err != nil {
 				w.log.Warn("dedupe sweep failed", "err", err)
@@ -195,17 +210,29 @@ func (w *writer) commit(items []*item) {
 		return
 	}
 	now := w.opts.Now()
+	dual := w.dual != nil
+	if dual && !w.dual.gate.admit(now, w.dual.in.Ready()) {
+		// Open gate: refused before any seq, so nothing exists half-way.
+		for _, it := range items {
+			w.dual.obs.IntakeRefused("breaker")
+			w.b.answer(it, outcome{err: w.dual.unavailable})
+		}
+		return
+	}
 	nowMs := now.UnixMilli()
 	batch := w.st.NewBatch()
 	defer batch.Close()
 	replies := make([]pendingReply, 0, len(items))
+	var dups []pendingReply // dual: duplicates are answered by the local fsync alone
 	var keys [][]byte
+	var entries []*pendingEntry
 	var deliveries uint64
 	type original struct {
 		id  [16]byte
 		seq uint64
 	}
 	var inGroup map[string]original
+	var groupBytes int64
 	firstSeq := w.nextSeq
 	start := time.Now()
 
@@ -219,8 +246,21 @@ func (w *writer) commit(items []*item) {
 		if r.DedupeKey != "" {
 			uk = store.DedupeKey(r.Tenant, r.Source, r.DedupeKey)
 			if o, ok := inGroup[string(uk)]; ok {
-				// Rule 3: answered once the original's fsync returns.
-				replies = append(replies, pendingReply{it: it, res: Result{ID: o.id, Seq: o.seq, Duplicate: true}, need: o.seq})
+				// Rule 3: answered once the original's fsync returns. Under dual
+				// the original is in this very group, so the duplicate shares
+				// its fate: it joins the group's replies.
+				pr := pendingReply{it: it, res: Result{ID: o.id, Seq: o.seq, Duplicate: true}, need: o.seq}
+				replies = append(replies, pr)
+				if dual {
+					entries = append(entries, nil)
+				}
+				continue
+			}
+			// Under dual the pending set is consulted before the store rows:
+			// an unconfirmed original must never be answered 201 duplicate.
+			if dual && w.dual.pending.hasDedupe(string(uk)) {
+				w.dual.obs.IntakeRefused("pending_dedupe")
+				w.b.answer(it, outcome{err: ErrIntakePending})
 				continue
 			}
 			v, err := w.st.Get(uk)
@@ -231,58 +271,113 @@ func (w *writer) commit(items []*item) {
 			if v != nil {
 				e, err := store.DecodeDedupe(v)
 				if err == nil && e.ExpiresAtMs > nowMs {
-					replies = append(replies, pendingReply{it: it, res: Result{ID: e.ID, Seq: e.Seq, Duplicate: true}, need: e.Seq})
+					pr := pendingReply{it: it, res: Result{ID: e.ID, Seq: e.Seq, Duplicate: true}, need: e.Seq}
+					if dual {
+						dups = append(dups, pr)
+					} else {
+						replies = append(replies, pr)
+					}
 					continue
 				}
 			}
 		}
-		seq := w.nextSeq
-		w.nextSeq++
 		env := store.Envelope{
-			ID: it.id, Seq: seq, ReceivedAt: r.ReceivedAt.UnixNano(),
+			ID: it.id, ReceivedAt: r.ReceivedAt.UnixNano(),
 			Tenant: r.Tenant, Source: r.Source, ContentType: r.ContentType,
 			DedupeKey: r.DedupeKey, Flagged: r.Flagged, SHA256: sha256.Sum256(r.Body),
 			Headers: r.Headers, Body: r.Body,
 		}
-		hk, ik := store.HookKey(seq), store.HookIDKey(it.id)
-		_ = batch.Set(hk, store.EncodeEnvelope(&env), nil)
-		_ = batch.Set(ik, store.U64(seq), nil)
-		keys = append(keys, hk, ik)
-		dueAt := r.ReceivedAt.UnixMilli()
+		if dual {
+			// Refusals before either half: no seq, nothing written.
+			// it.size covers body, headers and keys; the envelope adds a fixed
+			// few dozen bytes.
+			if it.size+envelopeOverhead > w.dual.maxRecord {
+				w.dual.obs.IntakeRefused("record_too_large")
+				w.b.answer(it, outcome{err: w.dual.unavailable})
+				continue
+			}
+			if !w.dual.pending.room(len(entries)+1, groupBytes+2*it.size) {
+				w.dual.obs.IntakeRefused("backlog")
+				w.b.answer(it, outcome{err: w.dual.unavailable})
+				continue
+			}
+		}
+		seq := w.nextSeq
+		w.nextSeq++
+		env.Seq = seq
+		val := store.EncodeEnvelope(&env)
+		ops := make([]kv, 0, 4+2*len(r.Sinks))
+		ops = append(ops, kv{store.HookKey(seq), val}, kv{store.HookIDKey(it.id), store.U64(seq)})
+		// Due at commit time, never earlier than the previous group's: new due
+		// keys only ever land at or after dispatch's scan cursor, so its scan
+		// can skip the tombstones of rows it already claimed.
+		dueAt := max(nowMs, w.lastDueAt)
+		w.lastDueAt = dueAt
 		for _, sk := range r.Sinks {
-			dk, qk := store.DeliveryKey(seq, sk.Num), store.DueKey(dueAt, seq, sk.Num)
-			_ = batch.Set(dk, store.EncodeDelivery(&store.Delivery{
-				State: store.StateDue, NextAtMs: dueAt, Size: uint32(len(r.Body)), SinkID: sk.ID,
-			}), nil)
-			_ = batch.Set(qk, nil, nil)
-			keys = append(keys, dk, qk)
+			ops = append(ops,
+				kv{store.DeliveryKey(seq, sk.Num), store.EncodeDelivery(&store.Delivery{
+					State: store.StateDue, NextAtMs: dueAt, Size: uint32(len(r.Body)), SinkID: sk.ID,
+				})},
+				kv{store.DueKey(dueAt, seq, sk.Num), nil})
 			deliveries++
 		}
 		if uk != nil {
 			// Rule 2: the dedupe rows ride in the hook's own batch.
 			exp := now.Add(r.DedupeTTL).UnixMilli()
-			ek := store.ExpiryKey(exp, uk)
-			_ = batch.Set(uk, store.EncodeDedupe(&store.DedupeEntry{ExpiresAtMs: exp, ID: it.id, Seq: seq}), nil)
-			_ = batch.Set(ek, nil, nil)
-			keys = append(keys, uk, ek)
+			ops = append(ops,
+				kv{uk, store.EncodeDedupe(&store.DedupeEntry{ExpiresAtMs: exp, ID: it.id, Seq: seq})},
+				kv{store.ExpiryKey(exp, uk), nil})
 			if inGroup == nil {
 				inGroup = make(map[string]original)
 			}
 			inGroup[string(uk)] = original{id: it.id, seq: seq}
 		}
+		for _, o := range ops {
+			_ = batch.Set(o.k, o.v, nil)
+			keys = append(keys, o.k)
+		}
 		replies = append(replies, pendingReply{it: it, res: Result{ID: it.id, Seq: seq}, need: seq})
+		groupBytes += 2 * it.size
+		if dual {
+			e := &pendingEntry{
+				seq: seq, id: it.id, dedupe: string(uk), ops: ops, firstAt: now, inflight: true,
+				rec: intake.Record{
+					Version: intake.RecordVersion, Kind: intake.KindHook, Node: w.dual.node, Seq: seq, ID: it.id,
+					Incarnation: w.dual.incarnation, Tenant: r.Tenant, Source: r.Source, Value: val,
+				},
+			}
+			for _, o := range ops {
+				e.size += int64(len(o.k) + len(o.v))
+			}
+			e.size += int64(len(val))
+			entries = append(entries, e)
+		}
 	}
 
 	written := int(w.nextSeq - firstSeq)
+	var group *dualGroup
 	if written > 0 {
 		_ = batch.Set(store.KeyNextSeq, store.U64(w.nextSeq), nil)
 		// Remember the group before applying: a failed apply may still have
 		// left rows visible, and the fence must delete them.
 		w.unsynced = append(w.unsynced, appliedGroup{maxSeq: w.nextSeq - 1, keys: keys})
 		w.nextSeqPublic.Store(w.nextSeq)
+		if dual {
+			// Both halves are issued together: the publish starts before the
+			// local apply, and from here on every record is carried to
+			// completion (ADR section 3), never undone.
+			group = w.dual.begin(replies, entries)
+		}
 		if err := w.st.Apply(batch); err != nil {
 			w.opts.Observer.Group(len(items), written, time.Since(start))
-			for _, r := range replies {
+			if group != nil {
+				group.local(err)
+			} else {
+				for _, r := range replies {
+					w.b.answer(r.it, outcome{err: fmt.Errorf("%w: %v", ErrStoreUnavailable, err)})
+				}
+			}
+			for _, r := range dups {
 				w.b.answer(r.it, outcome{err: fmt.Errorf("%w: %v", ErrStoreUnavailable, err)})
 			}
 			w.fence(context.Background(), err)
@@ -293,8 +388,14 @@ func (w *writer) commit(items []*item) {
 		w.deliveries.Add(deliveries)
 	}
 	w.opts.Observer.Group(len(items), written, time.Since(start))
-	if len(replies) > 0 {
+	switch {
+	case group != nil:
+		w.s.submit(handoff{replies: replies, onLocal: group.local})
+	case len(replies) > 0:
 		w.s.submit(handoff{replies: replies})
+	}
+	if len(dups) > 0 {
+		w.s.submit(handoff{replies: dups})
 	}
 	w.pruneUnsynced()
 }

@@ -1,0 +1,142 @@
+// Package intake defines the replicated intake log of wal.type: dual: the
+// Intake interface every adapter implements (memory, Kafka, JetStream), the
+// record that carries one hook, and the four error classes.
+//
+// Under dual a 2xx means the hook is fsynced locally AND confirmed by the
+// log at quorum. The commit itself (both halves in parallel, the pending
+// set, the reconciler, the gate) lives in the queue package, which owns the
+// writer; this package is what the queue talks to.
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Record versions and kinds (ADR section 4). A reader skips, and counts, a
+// version or kind it does not know; it never fails a replay on one.
+const (
+	RecordVersion = "1"
+	KindHook      = "hook"
+)
+
+// Header names carried by every record (FROZEN: readers filter on them).
+const (
+	HeaderVersion     = "ankusa_intake_v"
+	HeaderKind        = "ankusa_intake_kind"
+	HeaderNode        = "ankusa_intake_node"
+	HeaderSeq         = "ankusa_intake_seq"
+	HeaderID          = "ankusa_intake_id"
+	HeaderIncarnation = "ankusa_intake_incarnation"
+	HeaderTenant      = "ankusa_intake_tenant"
+	HeaderSource      = "ankusa_intake_source"
+)
+
+// Record is one hook in the log: the exact stored envelope bytes plus the
+// metadata its headers carry.
+type Record struct {
+	Version     string // RecordVersion when publishing
+	Kind        string // KindHook when publishing
+	Node        string
+	Seq         uint64
+	ID          [16]byte
+	Incarnation string
+	Tenant      string
+	Source      string
+	Value       []byte // store.EncodeEnvelope of the hook
+}
+
+// Position is a record's place in the node's partition or stream (a Kafka
+// offset, a JetStream stream sequence, the memory log's index). -1 means
+// "before the first record".
+type Position int64
+
+// Class says what a failed call means for the caller.
+type Class int
+
+const (
+	// Unavailable: the log could not confirm now (no quorum, leader moving,
+	// timeout). Retry.
+	Unavailable Class = iota + 1
+	// Throttled: the log asked to slow down; honour RetryAfter.
+	Throttled
+	// NotFound: the topic or stream does not exist.
+	NotFound
+	// Permanent: the record can never be accepted (too large, refused).
+	Permanent
+)
+
+func (c Class) String() string {
+	switch c {
+	case Unavailable:
+		return "unavailable"
+	case Throttled:
+		return "throttled"
+	case NotFound:
+		return "not_found"
+	case Permanent:
+		return "permanent"
+	}
+	return "unknown"
+}
+
+// Error is a classified adapter error.
+type Error struct {
+	Class      Class
+	RetryAfter time.Duration // Throttled only
+	Err        error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("intake %s: %v", e.Class, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf builds a classified error.
+func Errorf(c Class, format string, args ...any) error {
+	return &Error{Class: c, Err: fmt.Errorf(format, args...)}
+}
+
+// ClassOf reads the class of err; an unclassified error is Unavailable (the
+// safe assumption: retry, never drop).
+func ClassOf(err error) (Class, time.Duration) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Class, e.RetryAfter
+	}
+	return Unavailable, 0
+}
+
+// Intake is one node's view of the replicated intake log.
+type Intake interface {
+	// PublishBatch appends recs (in order) and returns the position of the
+	// last one once the log has confirmed all of them at quorum. An error
+	// means none may be assumed confirmed — though some may have landed (a
+	// lost ack); readers dedupe by (node, seq) and hook id. ctx bounds the
+	// attempt (intake.publish_timeout_ms).
+	PublishBatch(ctx context.Context, recs []Record) (Position, error)
+	// Replay calls fn for each record of this node after position from
+	// (exclusive), in log order, until the current end. The adapter filters
+	// by node and skips (and counts) unknown versions and kinds. fn's error
+	// stops the replay and is returned.
+	Replay(ctx context.Context, from Position, fn func(Record, Position) error) error
+	// Ready is a cheap local flag: false when the adapter knows the log is
+	// not answering. It never does I/O.
+	Ready() bool
+	// Verify checks the topology at boot (replication, retention, size
+	// limits); an error names the setting that is wrong.
+	Verify(ctx context.Context) error
+	// Describe is the log's part of the startup durability sentence.
+	Describe() string
+	// Earliest is the first position still held (retention), for the
+	// truncation check of boot recovery.
+	Earliest(ctx context.Context) (Position, error)
+	// Close releases the adapter's clients.
+	Close() error
+}
+
+// PartitionAssigner is implemented by adapters whose log is partitioned: it
+// returns the partition a node writes, chosen once and then stamped.
+type PartitionAssigner interface {
+	AssignPartition(ctx context.Context, node string) (int32, error)
+}

@@ -1,0 +1,211 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/intake"
+)
+
+var (
+	// ErrInjected is wrapped by every failure a fault injection produces
+	// (FailNext, TimeoutAfterAppendNext).
+	ErrInjected = errors.New("injected fault")
+	// ErrAckLost is wrapped by the error of a PublishBatch whose records
+	// were appended and fsynced but whose confirm did not reach the caller
+	// (TimeoutAfterAppendNext, or ctx ending during the confirm latency).
+	ErrAckLost = errors.New("records appended, ack lost")
+)
+
+// DefaultThrottle is the RetryAfter of a Throttled failure injected with
+// FailNext. FailNextError injects any other value.
+const DefaultThrottle = 100 * time.Millisecond
+
+// faults holds the injected behaviour of PublishBatch. Its methods are safe
+// for concurrent use and never wait on an append in progress.
+type faults struct {
+	mu       sync.Mutex
+	fail     []error       // FIFO, one entry per PublishBatch call to fail
+	lostAcks int           // appends whose ack is lost
+	hang     chan struct{} // non-nil while hung; closed by unhang
+	hung     int           // calls blocked in waitHang
+	changed  chan struct{} // closed and replaced whenever hung changes
+}
+
+func (f *faults) failNext(n int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for range n {
+		f.fail = append(f.fail, err)
+	}
+}
+
+// takeFailure pops the next injected failure, or returns nil.
+func (f *faults) takeFailure() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.fail) == 0 {
+		return nil
+	}
+	err := f.fail[0]
+	f.fail = f.fail[1:]
+	return err
+}
+
+func (f *faults) loseAcks(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lostAcks += max(n, 0)
+}
+
+// takeLostAck reports whether the append that just landed loses its ack.
+func (f *faults) takeLostAck() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lostAcks == 0 {
+		return false
+	}
+	f.lostAcks--
+	return true
+}
+
+func (f *faults) clear() {
+	f.mu.Lock()
+	f.fail = nil
+	f.lostAcks = 0
+	f.mu.Unlock()
+	f.unhang()
+}
+
+func (f *faults) setHang() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hang == nil {
+		f.hang = make(chan struct{})
+	}
+}
+
+func (f *faults) unhang() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hang != nil {
+		close(f.hang)
+		f.hang = nil
+	}
+}
+
+// signalLocked wakes every WaitHung. REQUIRES: f.mu held.
+func (f *faults) signalLocked() {
+	if f.changed != nil {
+		close(f.changed)
+		f.changed = nil
+	}
+}
+
+// waitHang blocks while the log is hung, until unhang (nil) or the end of
+// ctx (ctx.Err()).
+func (f *faults) waitHang(ctx context.Context) error {
+	f.mu.Lock()
+	ch := f.hang
+	if ch == nil {
+		f.mu.Unlock()
+		return nil
+	}
+	f.hung++
+	f.signalLocked()
+	f.mu.Unlock()
+
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+
+	f.mu.Lock()
+	f.hung--
+	f.signalLocked()
+	f.mu.Unlock()
+	return err
+}
+
+func (f *faults) hungCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hung
+}
+
+// waitHung blocks until at least n calls are hung, or ctx ends.
+func (f *faults) waitHung(ctx context.Context, n int) error {
+	for {
+		f.mu.Lock()
+		if f.hung >= n {
+			f.mu.Unlock()
+			return nil
+		}
+		if f.changed == nil {
+			f.changed = make(chan struct{})
+		}
+		ch := f.changed
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// SetConfirmLatency sets the wait between a batch's fsync and its confirm
+// (Options.ConfirmLatency at Open). Concurrent publishes wait theirs in
+// parallel, as a broker pipelines acks.
+func (l *Log) SetConfirmLatency(d time.Duration) { l.latency.Store(int64(max(d, 0))) }
+
+// FailNext makes the next n PublishBatch calls fail with an error of class
+// c, wrapping ErrInjected, without appending anything. A Throttled failure
+// carries RetryAfter DefaultThrottle. Calls queue: FailNext(1, Unavailable)
+// then FailNext(1, Permanent) fails one call of each, in that order.
+func (l *Log) FailNext(n int, c intake.Class) {
+	e := &intake.Error{Class: c, Err: ErrInjected}
+	if c == intake.Throttled {
+		e.RetryAfter = DefaultThrottle
+	}
+	l.faults.failNext(n, e)
+}
+
+// FailNextError is FailNext with the exact error to return (for example an
+// *intake.Error with a chosen RetryAfter, or an unclassified error).
+func (l *Log) FailNextError(n int, err error) { l.faults.failNext(n, err) }
+
+// TimeoutAfterAppendNext makes the next n appends lose their ack: the
+// records are appended and fsynced (they are in the log, and Replay returns
+// them), then PublishBatch returns an Unavailable error wrapping ErrAckLost
+// and ErrInjected, as if the confirm timed out. Only calls that reach the
+// append consume one.
+func (l *Log) TimeoutAfterAppendNext(n int) { l.faults.loseAcks(n) }
+
+// Hang makes PublishBatch block before appending, until ctx ends (it then
+// returns an Unavailable error wrapping ctx.Err(), having appended nothing)
+// or Unhang (it then proceeds as usual). Hung and WaitHung observe the
+// blocked calls, so a test needs no sleep to know a publish is held.
+func (l *Log) Hang() { l.faults.setHang() }
+
+// Unhang releases every call blocked by Hang; later calls do not block.
+func (l *Log) Unhang() { l.faults.unhang() }
+
+// Hung returns how many PublishBatch calls are blocked by Hang now.
+func (l *Log) Hung() int { return l.faults.hungCalls() }
+
+// WaitHung blocks until at least n PublishBatch calls are blocked by Hang,
+// or ctx ends.
+func (l *Log) WaitHung(ctx context.Context, n int) error { return l.faults.waitHung(ctx, n) }
+
+// ClearFaults drops the queued FailNext failures and lost acks and
+// releases a Hang. The confirm latency and the ready flag are settings and
+// stay as they are.
+func (l *Log) ClearFaults() { l.faults.clear() }
+
+// SetReady sets what Ready reports (true at Open).
+func (l *Log) SetReady(ready bool) { l.ready.Store(ready) }

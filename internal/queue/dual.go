@@ -1,0 +1,435 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// Refusals of wal.type: dual. Neither means the hook was stored as acked.
+var (
+	// ErrIntakeUnavailable: the log did not confirm (the record is carried),
+	// or the gate is open, the pending set is full, or the record is too
+	// large (refused before any seq). 503 with intake.retry_after_s.
+	ErrIntakeUnavailable = errors.New("queue: intake unavailable")
+	// ErrIntakePending: a retry met an original that is not yet confirmed in
+	// both places. 503 with Retry-After: 1 — never a 201 duplicate.
+	ErrIntakePending = errors.New("queue: intake pending")
+)
+
+// envelopeOverhead bounds what an envelope adds to a record's size.
+const envelopeOverhead = 256
+
+// DualOptions configure wal.type: dual.
+type DualOptions struct {
+	Intake            intake.Intake
+	Node              string
+	Incarnation       string
+	PublishTimeout    time.Duration
+	ReconcileDeadline time.Duration
+	BreakerFailures   int
+	Probe             time.Duration
+	OffsetFlush       time.Duration
+	PendingMaxRecords int
+	PendingMaxBytes   int64
+	MaxRecordBytes    int64
+	// ReconcileEvery is the reconciler's pace; default 50 ms.
+	ReconcileEvery time.Duration
+	Observer       DualObserver
+}
+
+// DualObserver receives the dual commit's measurements; must not block.
+type DualObserver interface {
+	IntakePublish(d time.Duration, class string) // "ok" or an intake.Class name
+	IntakeRefused(reason string)                 // breaker | backlog | pending_dedupe | record_too_large
+	IntakeReconciled(half string)                // local | log
+}
+
+// NopDualObserver ignores everything.
+type NopDualObserver struct{}
+
+func (NopDualObserver) IntakePublish(time.Duration, string) {}
+func (NopDualObserver) IntakeRefused(string)                {}
+func (NopDualObserver) IntakeReconciled(string)             {}
+
+// Meta keys of the intake (ADR section 7).
+var (
+	KeyIntakeSeq    = []byte("m:intake_seq")
+	KeyIntakeOffset = []byte("m:intake_offset")
+)
+
+// dualState is the writer's dual-commit machinery.
+type dualState struct {
+	in          intake.Intake
+	node        string
+	incarnation string
+	opts        DualOptions
+	gate        *gate
+	pending     *pendingSet
+	maxRecord   int64
+	unavailable error
+	obs         DualObserver
+	answer      func(*item, outcome)
+	log         *slog.Logger
+	now         func() time.Time
+	wakeRec     chan struct{} // capacity 1
+}
+
+func newDualState(o DualOptions, b *batcher, log *slog.Logger, now func() time.Time) *dualState {
+	if o.PublishTimeout <= 0 {
+		o.PublishTimeout = 2 * time.Second
+	}
+	if o.ReconcileDeadline <= 0 {
+		o.ReconcileDeadline = 20 * time.Second
+	}
+	if o.Probe <= 0 {
+		o.Probe = time.Second
+	}
+	if o.OffsetFlush <= 0 {
+		o.OffsetFlush = time.Second
+	}
+	if o.PendingMaxRecords <= 0 {
+		o.PendingMaxRecords = 50_000
+	}
+	if o.PendingMaxBytes <= 0 {
+		o.PendingMaxBytes = 256 << 20
+	}
+	if o.MaxRecordBytes <= 0 {
+		o.MaxRecordBytes = 10_000_000
+	}
+	if o.ReconcileEvery <= 0 {
+		o.ReconcileEvery = 50 * time.Millisecond
+	}
+	if o.Observer == nil {
+		o.Observer = NopDualObserver{}
+	}
+	return &dualState{
+		in: o.Intake, node: o.Node, incarnation: o.Incarnation, opts: o,
+		gate:    newGate(o.BreakerFailures, o.Probe),
+		pending: newPendingSet(o.PendingMaxRecords, o.PendingMaxBytes), maxRecord: o.MaxRecordBytes,
+		unavailable: ErrIntakeUnavailable, obs: o.Observer, answer: b.answer,
+		log: log.With("component", "intake"), now: now, wakeRec: make(chan struct{}, 1),
+	}
+}
+
+// dualGroup joins the two halves of one group (ADR section 2): the local
+// apply+fsync (from the syncer) and the publish (from its goroutine). The
+// callers are answered once both are known, so an ack never precedes the
+// local fsync even when the log confirmed first, and costs max(fsync,
+// confirm), not their sum.
+type dualGroup struct {
+	d       *dualState
+	replies []pendingReply
+	entries []*pendingEntry // parallel to replies; nil for an in-group duplicate
+
+	mu                  sync.Mutex
+	localIn, logIn      bool
+	localErr, logErr    error
+	lastPos             intake.Position
+	published, resolved bool
+}
+
+// begin registers the group's entries and starts its publish.
+func (d *dualState) begin(replies []pendingReply, entries []*pendingEntry) *dualGroup {
+	g := &dualGroup{d: d, replies: replies, entries: entries}
+	var recs []intake.Record
+	var live []*pendingEntry
+	for _, e := range entries {
+		if e != nil {
+			recs = append(recs, e.rec)
+			live = append(live, e)
+		}
+	}
+	d.pending.add(live)
+	go g.publish(recs)
+	return g
+}
+
+func (g *dualGroup) publish(recs []intake.Record) {
+	ctx, cancel := context.WithTimeout(context.Background(), g.d.opts.PublishTimeout)
+	start := time.Now()
+	pos, err := g.d.in.PublishBatch(ctx, recs)
+	cancel()
+	g.d.observePublish(time.Since(start), err)
+	g.log(pos, err)
+}
+
+func (d *dualState) observePublish(dur time.Duration, err error) {
+	class := "ok"
+	if err != nil {
+		c, _ := intake.ClassOf(err)
+		class = c.String()
+	}
+	d.obs.IntakePublish(dur, class)
+}
+
+func (g *dualGroup) local(err error) {
+	g.mu.Lock()
+	g.localIn, g.localErr = true, err
+	both := g.logIn
+	g.mu.Unlock()
+	if both {
+		g.resolve()
+	}
+}
+
+func (g *dualGroup) log(pos intake.Position, err error) {
+	g.mu.Lock()
+	g.logIn, g.logErr, g.lastPos = true, err, pos
+	both := g.localIn
+	g.mu.Unlock()
+	if both {
+		g.resolve()
+	}
+}
+
+// resolve answers the callers from the pair of outcomes (ADR section 3).
+// A record whose halves did not both succeed stays in the pending set,
+// carried: the reconciler completes it; nothing is undone.
+func (g *dualGroup) resolve() {
+	d := g.d
+	d.gate.result(g.logErr == nil, d.now())
+	n := 0
+	for _, e := range g.entries {
+		if e != nil {
+			n++
+		}
+	}
+	carried := false
+	d.pending.mu.Lock()
+	i := 0
+	for _, e := range g.entries {
+		if e == nil {
+			continue
+		}
+		e.inflight = false
+		if g.localErr == nil {
+			e.localDone = true
+		}
+		if g.logErr == nil {
+			e.logDone = true
+			// Adapters confirm a batch at contiguous positions ending at the
+			// last one.
+			e.pos = g.lastPos - intake.Position(n-1-i)
+		}
+		if !d.pending.settleLocked(e) {
+			carried = true
+		}
+		i++
+	}
+	d.pending.mu.Unlock()
+	var err error
+	switch {
+	case g.localErr != nil:
+		err = fmt.Errorf("%w: %v", ErrStoreUnavailable, g.localErr)
+	case g.logErr != nil:
+		err = fmt.Errorf("%w: %v", ErrIntakeUnavailable, g.logErr)
+	}
+	for _, r := range g.replies {
+		if err != nil {
+			d.answer(r.it, outcome{err: err})
+		} else {
+			d.answer(r.it, outcome{res: r.res})
+		}
+	}
+	if carried {
+		d.wakeReconciler()
+	}
+}
+
+func (d *dualState) wakeReconciler() {
+	select {
+	case d.wakeRec <- struct{}{}:
+	default:
+	}
+}
+
+// localRequest asks the writer to complete local halves.
+type localRequest struct {
+	entries []*pendingEntry
+	reply   chan error
+}
+
+// completeLocal writes the local half of carried records whose local write
+// failed (ADR section 7, :half_log): a point read first — the row may have
+// landed after all — then the held ops in one synced batch. Runs on the
+// writer goroutine, so it is ordered after any fence cleanup that removed
+// the failed group's rows.
+func (w *writer) completeLocal(es []*pendingEntry) error {
+	if w.fenced.Load() {
+		return ErrStoreUnavailable
+	}
+	b := w.st.NewBatch()
+	defer b.Close()
+	var written []*pendingEntry
+	var present []*pendingEntry
+	deliveries := uint64(0)
+	for _, e := range es {
+		v, err := w.st.Get(store.HookKey(e.seq))
+		if err != nil {
+			return err
+		}
+		if v != nil {
+			present = append(present, e)
+			continue
+		}
+		for _, o := range e.ops {
+			_ = b.Set(o.k, o.v, nil)
+			if len(o.k) > 0 && o.k[0] == store.PrefixDelivery {
+				deliveries++
+			}
+		}
+		written = append(written, e)
+	}
+	if len(written) > 0 {
+		if err := w.st.ApplySync(b); err != nil {
+			w.fence(context.Background(), err)
+			return err
+		}
+		w.hooks.Add(uint64(len(written)))
+		w.deliveries.Add(deliveries)
+		w.opts.OnDurable()
+	}
+	p := w.dual.pending
+	p.mu.Lock()
+	for _, e := range append(written, present...) {
+		e.localDone = true
+		p.settleLocked(e)
+	}
+	p.mu.Unlock()
+	for range written {
+		w.dual.obs.IntakeReconciled("local")
+	}
+	return nil
+}
+
+// flushMarks writes the watermark and offset (not synced: a lagging mark
+// costs redundant republishes, never a hook).
+func (w *writer) flushMarks() {
+	if w.dual == nil || w.fenced.Load() {
+		return
+	}
+	wm, off := w.dual.pending.marks(w.nextSeq)
+	b := w.st.NewBatch()
+	defer b.Close()
+	_ = b.Set(KeyIntakeSeq, store.U64(wm), nil)
+	if off >= 0 {
+		_ = b.Set(KeyIntakeOffset, store.U64(uint64(off)), nil)
+	}
+	if err := w.st.Apply(b); err != nil {
+		w.fence(context.Background(), err)
+	}
+}
+
+// reconciler completes carried records (ADR section 7): half_local by
+// republishing, half_log by a point read and a re-apply, both_pending local
+// first. It never drops a record; a permanent class marks it stuck and keeps
+// retrying.
+type reconciler struct {
+	w *writer
+	d *dualState
+}
+
+func (r *reconciler) run(ctx context.Context) {
+	t := time.NewTicker(r.d.opts.ReconcileEvery)
+	defer t.Stop()
+	var holdUntil time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.d.wakeRec:
+		}
+		if r.d.now().Before(holdUntil) {
+			continue
+		}
+		holdUntil = r.pass(ctx)
+	}
+}
+
+// pass does one round; it returns when to try again at the earliest (a
+// throttled log's Retry-After).
+func (r *reconciler) pass(ctx context.Context) time.Time {
+	es := r.d.pending.carried()
+	if len(es) == 0 {
+		return time.Time{}
+	}
+	var needLocal, needLog []*pendingEntry
+	r.d.pending.mu.Lock()
+	for _, e := range es {
+		if !e.localDone {
+			needLocal = append(needLocal, e)
+		} else if !e.logDone {
+			needLog = append(needLog, e)
+		}
+	}
+	r.d.pending.mu.Unlock()
+	if len(needLocal) > 0 {
+		req := localRequest{entries: needLocal, reply: make(chan error, 1)}
+		select {
+		case r.w.localReq <- req:
+			if err := <-req.reply; err != nil {
+				r.d.log.Warn("reconciler: local half still failing", "records", len(needLocal), "err", err)
+			}
+		case <-ctx.Done():
+			return time.Time{}
+		}
+		// Local first (it makes the hook deliverable), then the log half of
+		// the both-pending ones in the same pass.
+		r.d.pending.mu.Lock()
+		for _, e := range needLocal {
+			if e.localDone && !e.logDone {
+				needLog = append(needLog, e)
+			}
+		}
+		r.d.pending.mu.Unlock()
+	}
+	for len(needLog) > 0 {
+		n := min(len(needLog), 256)
+		chunk := needLog[:n]
+		needLog = needLog[n:]
+		recs := make([]intake.Record, n)
+		for i, e := range chunk {
+			recs[i] = e.rec
+		}
+		pctx, cancel := context.WithTimeout(ctx, r.d.opts.PublishTimeout)
+		start := time.Now()
+		pos, err := r.d.in.PublishBatch(pctx, recs)
+		cancel()
+		r.d.observePublish(time.Since(start), err)
+		r.d.gate.result(err == nil, r.d.now())
+		if err != nil {
+			class, retryAfter := intake.ClassOf(err)
+			if class == intake.Permanent || class == intake.NotFound {
+				r.d.pending.mu.Lock()
+				for _, e := range chunk {
+					e.stuck = true
+				}
+				r.d.pending.mu.Unlock()
+			}
+			r.d.log.Warn("reconciler: republish failed; will retry", "records", n, "class", class.String(), "err", err)
+			if class == intake.Throttled && retryAfter > 0 {
+				return r.d.now().Add(retryAfter)
+			}
+			return time.Time{}
+		}
+		r.d.pending.mu.Lock()
+		for i, e := range chunk {
+			e.logDone, e.stuck = true, false
+			e.pos = pos - intake.Position(n-1-i)
+			r.d.pending.settleLocked(e)
+		}
+		r.d.pending.mu.Unlock()
+		for range chunk {
+			r.d.obs.IntakeReconciled("log")
+		}
+	}
+	return time.Time{}
+}

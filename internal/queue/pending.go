@@ -1,0 +1,160 @@
+package queue
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/intake"
+)
+
+// kv is one write of a record's local half, kept so the reconciler can
+// re-apply exactly what the commit would have written.
+type kv struct{ k, v []byte }
+
+// pendingEntry is one record not yet confirmed in both places (ADR section
+// 5): its log record, its local ops, and which halves are done.
+type pendingEntry struct {
+	seq     uint64
+	id      [16]byte
+	dedupe  string // the u-key, "" without dedupe
+	rec     intake.Record
+	ops     []kv
+	size    int64
+	firstAt time.Time
+
+	// Guarded by pendingSet.mu.
+	localDone bool
+	logDone   bool
+	pos       intake.Position // valid when logDone
+	inflight  bool            // the commit's own halves have not both answered
+	stuck     bool            // permanent class: retried, never dropped
+}
+
+// pendingSet indexes carried and in-flight records by seq, id and dedupe
+// key. Bounded by max records and bytes; entries leave only when both halves
+// are confirmed — never by age (a carried hook is never dropped).
+type pendingSet struct {
+	mu       sync.Mutex
+	bySeq    map[uint64]*pendingEntry
+	byID     map[[16]byte]*pendingEntry
+	byDedupe map[string]*pendingEntry
+	bytes    int64
+	maxRecs  int
+	maxBytes int64
+	// completePos is the highest log position of a record confirmed in both
+	// places; the offset never runs ahead of it.
+	completePos intake.Position
+}
+
+func newPendingSet(maxRecs int, maxBytes int64) *pendingSet {
+	return &pendingSet{
+		bySeq: map[uint64]*pendingEntry{}, byID: map[[16]byte]*pendingEntry{}, byDedupe: map[string]*pendingEntry{},
+		maxRecs: maxRecs, maxBytes: maxBytes, completePos: -1,
+	}
+}
+
+// room reports whether n more records of size bytes fit.
+func (p *pendingSet) room(n int, size int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.bySeq)+n <= p.maxRecs && p.bytes+size <= p.maxBytes
+}
+
+func (p *pendingSet) hasDedupe(k string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.byDedupe[k]
+	return ok
+}
+
+func (p *pendingSet) add(es []*pendingEntry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range es {
+		p.bySeq[e.seq] = e
+		p.byID[e.id] = e
+		if e.dedupe != "" {
+			p.byDedupe[e.dedupe] = e
+		}
+		p.bytes += e.size
+	}
+}
+
+// removeLocked drops a complete entry. REQUIRES: p.mu held.
+func (p *pendingSet) removeLocked(e *pendingEntry) {
+	delete(p.bySeq, e.seq)
+	delete(p.byID, e.id)
+	if e.dedupe != "" && p.byDedupe[e.dedupe] == e {
+		delete(p.byDedupe, e.dedupe)
+	}
+	p.bytes -= e.size
+	if e.pos > p.completePos {
+		p.completePos = e.pos
+	}
+}
+
+// settleLocked removes e if both halves are done. REQUIRES: p.mu held.
+func (p *pendingSet) settleLocked(e *pendingEntry) bool {
+	if e.localDone && e.logDone && !e.inflight {
+		p.removeLocked(e)
+		return true
+	}
+	return false
+}
+
+// carried returns the entries the reconciler owns (not in flight), by seq.
+func (p *pendingSet) carried() []*pendingEntry {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*pendingEntry, 0, len(p.bySeq))
+	for _, e := range p.bySeq {
+		if !e.inflight {
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].seq < out[j].seq })
+	return out
+}
+
+// PendingStats is the pending set as /v1/wal and metrics show it.
+type PendingStats struct {
+	Records   int
+	Bytes     int64
+	Stuck     int
+	OldestAge time.Duration
+}
+
+func (p *pendingSet) stats(now time.Time, deadline time.Duration) PendingStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := PendingStats{Records: len(p.bySeq), Bytes: p.bytes}
+	for _, e := range p.bySeq {
+		age := now.Sub(e.firstAt)
+		s.OldestAge = max(s.OldestAge, age)
+		if e.stuck || (!e.inflight && age > deadline) {
+			s.Stuck++
+		}
+	}
+	return s
+}
+
+// marks computes the watermark and offset (ADR section 7): the watermark is
+// the highest seq below every pending one; the offset is the highest
+// position confirmed in both places, held below the lowest position of a
+// record that is only in the log. Both lag safely; neither runs ahead.
+func (p *pendingSet) marks(nextSeq uint64) (watermark uint64, offset intake.Position) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	watermark = nextSeq - 1
+	offset = p.completePos
+	for _, e := range p.bySeq {
+		if e.seq-1 < watermark {
+			watermark = e.seq - 1
+		}
+		if e.logDone && !e.localDone && e.pos-1 < offset {
+			offset = e.pos - 1
+		}
+	}
+	return watermark, offset
+}

@@ -1,0 +1,387 @@
+package verify
+
+import (
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"hash"
+	"net/textproto"
+	"strings"
+)
+
+// Spec is a source's verify block. The config package maps its YAML onto
+// it; New validates it.
+type Spec struct {
+	// Type: none | stripe | github | standard_webhooks | shopify | slack |
+	// hmac.
+	Type string
+	// Secrets, newest first, at most MaxSecrets, none empty. Every one is
+	// tried on every request, so the order only documents rotation.
+	// Required unless Type is none (where they are ignored).
+	Secrets []string
+	// ToleranceSeconds bounds |now − timestamp| on timestamped schemes and
+	// is ignored by the others. 0 means DefaultToleranceSeconds; negative
+	// is refused.
+	ToleranceSeconds int
+
+	// The fields below apply to Type "hmac" only; a preset fixes them and
+	// New refuses them there.
+
+	// SignatureHeader names the header carrying the signature(s). Required.
+	SignatureHeader string
+	// Parse says how the header holds signatures (default whole):
+	//   whole          — the value is one signature;
+	//   csv_pairs      — "k=v,k=v,…"; every SigKey pair is a candidate and
+	//                    the TimestampKey pair, if set, is the timestamp
+	//                    (Stripe);
+	//   space_versions — "ver,sig ver,sig …"; every entry whose version is
+	//                    SigKey is a candidate (Standard Webhooks).
+	Parse string
+	// SigPrefix must start each candidate and is removed before decoding
+	// (e.g. "sha256=", "v0="). Default none.
+	SigPrefix string
+	// SigKey: for csv_pairs the key of the signature pairs (e.g. "v1"); for
+	// space_versions the version tag (e.g. "v1"). Required for both, refused
+	// for whole.
+	SigKey string
+	// TimestampKey: for csv_pairs, the key of the timestamp pair (e.g. "t").
+	TimestampKey string
+	// Signed is the template of the signed bytes (default "{body}"):
+	// literal text plus the placeholders {body} (exactly once), {ts} (the
+	// timestamp exactly as sent) and {header:NAME} (that header's value; at
+	// most 8). There is no escape for a literal "{".
+	Signed string
+	// Hash: sha256 (default) | sha512 | sha1.
+	Hash string
+	// Encoding of each signature: hex (default, either case) | base64
+	// (standard alphabet, padded or not).
+	Encoding string
+	// SecretDecode turns each secret into the HMAC key (default none):
+	//   none         — the secret's bytes as written;
+	//   base64       — standard base64;
+	//   whsec_base64 — an optional "whsec_" prefix, then standard base64
+	//                  (the Standard Webhooks secret format; the prefix is
+	//                  optional because the reference libraries strip it
+	//                  when present and decode the rest either way).
+	SecretDecode string
+	// TimestampHeader names the header carrying the timestamp, as decimal
+	// integer seconds since the Unix epoch. At most one of TimestampHeader
+	// and TimestampKey; {ts} in Signed requires one, and one requires {ts}
+	// (an unsigned timestamp would only look like replay protection).
+	TimestampHeader string
+}
+
+// Spec.Type values.
+const (
+	TypeNone = "none"
+	TypeHMAC = "hmac"
+)
+
+// Spec.Parse values.
+const (
+	ParseWhole         = "whole"
+	ParseCSVPairs      = "csv_pairs"
+	ParseSpaceVersions = "space_versions"
+)
+
+// Spec.Hash values.
+const (
+	HashSHA256 = "sha256"
+	HashSHA512 = "sha512"
+	HashSHA1   = "sha1"
+)
+
+// Spec.Encoding values.
+const (
+	EncodingHex    = "hex"
+	EncodingBase64 = "base64"
+)
+
+// Spec.SecretDecode values.
+const (
+	SecretRaw         = "none"
+	SecretBase64      = "base64"
+	SecretWhsecBase64 = "whsec_base64"
+)
+
+// whsecPrefix starts a Standard Webhooks secret.
+const whsecPrefix = "whsec_"
+
+// maxTemplateHeaders bounds the {header:NAME} placeholders in Signed.
+const maxTemplateHeaders = 8
+
+// SpecError is one problem with a Spec. Field is the config key below
+// "verify" ("secret[2]", "signature_header", …) so the config package can
+// report the full dotted path; Msg never contains a secret.
+type SpecError struct {
+	Field string
+	Msg   string
+}
+
+func (e *SpecError) Error() string { return e.Field + ": " + e.Msg }
+
+// New validates s and returns its Verifier. A Spec with problems returns
+// every problem at once, as errors.Join of *SpecError values (Unwrap() []error
+// lists them); a secret that cannot be decoded is one of them, with Field
+// "secret[i]". Config refuses to boot on any of them.
+func New(s Spec) (Verifier, error) {
+	var errs specErrors
+	switch s.Type {
+	case TypeNone:
+		return none{}, nil
+	case TypeHMAC:
+	default:
+		p, ok := presets[s.Type]
+		if !ok {
+			errs.add("type", "must be one of %s, got %q", strings.Join(Types(), ", "), s.Type)
+			return nil, errs.err()
+		}
+		for _, f := range s.hmacOnlyFields() {
+			errs.add(f, "applies only to type hmac; type %s fixes it", s.Type)
+		}
+		p.Secrets, p.ToleranceSeconds = s.Secrets, s.ToleranceSeconds
+		s = p
+	}
+	e := compile(s, &errs)
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// hmacOnlyFields names the hmac-only fields set on s, as config keys.
+func (s *Spec) hmacOnlyFields() []string {
+	var set []string
+	for _, f := range []struct {
+		key string
+		v   string
+	}{
+		{"signature_header", s.SignatureHeader}, {"parse", s.Parse}, {"sig_prefix", s.SigPrefix},
+		{"sig_key", s.SigKey}, {"timestamp_key", s.TimestampKey}, {"signed", s.Signed},
+		{"hash", s.Hash}, {"encoding", s.Encoding}, {"secret_decode", s.SecretDecode},
+		{"timestamp_header", s.TimestampHeader},
+	} {
+		if f.v != "" {
+			set = append(set, f.key)
+		}
+	}
+	return set
+}
+
+type specErrors []error
+
+func (e *specErrors) add(field, format string, args ...any) {
+	*e = append(*e, &SpecError{Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (e specErrors) err() error { return errors.Join(e...) }
+
+// compile turns a Spec of type hmac (a preset already expanded) into an
+// engine, adding every problem to errs. The engine is only usable if errs
+// stays empty.
+func compile(s Spec, errs *specErrors) *engine {
+	e := &engine{
+		prefix:    s.SigPrefix,
+		sigKey:    s.SigKey,
+		tsKey:     s.TimestampKey,
+		tolerance: int64(s.ToleranceSeconds),
+	}
+	def := func(v *string, d string) {
+		if *v == "" {
+			*v = d
+		}
+	}
+	def(&s.Parse, ParseWhole)
+	def(&s.Signed, "{body}")
+	def(&s.Hash, HashSHA256)
+	def(&s.Encoding, EncodingHex)
+	def(&s.SecretDecode, SecretRaw)
+
+	switch {
+	case s.ToleranceSeconds < 0:
+		errs.add("tolerance_seconds", "must not be negative, got %d", s.ToleranceSeconds)
+	case s.ToleranceSeconds == 0:
+		e.tolerance = DefaultToleranceSeconds
+	}
+
+	switch s.Hash {
+	case HashSHA256:
+		e.newHash, e.size = sha256.New, sha256.Size
+	case HashSHA512:
+		e.newHash, e.size = sha512.New, sha512.Size
+	case HashSHA1:
+		e.newHash, e.size = sha1.New, sha1.Size
+	default:
+		errs.add("hash", "must be one of sha256, sha512, sha1, got %q", s.Hash)
+	}
+
+	switch s.Encoding {
+	case EncodingHex:
+	case EncodingBase64:
+		e.base64 = true
+	default:
+		errs.add("encoding", "must be one of hex, base64, got %q", s.Encoding)
+	}
+
+	if s.SignatureHeader == "" {
+		errs.add("signature_header", "is required for type hmac")
+	} else if !validHeaderName(s.SignatureHeader) {
+		errs.add("signature_header", "must be a header name (token characters), got %q", s.SignatureHeader)
+	}
+	e.sigHeader = textproto.CanonicalMIMEHeaderKey(s.SignatureHeader)
+
+	switch s.Parse {
+	case ParseWhole:
+		e.parse = parseWhole
+		if s.SigKey != "" {
+			errs.add("sig_key", "applies only to parse csv_pairs and space_versions")
+		}
+	case ParseCSVPairs, ParseSpaceVersions:
+		e.parse = parseCSVPairs
+		sep := ",="
+		if s.Parse == ParseSpaceVersions {
+			e.parse = parseSpaceVersions
+			sep = ", \t"
+		}
+		if s.SigKey == "" {
+			errs.add("sig_key", "is required for parse %s", s.Parse)
+		} else if strings.ContainsAny(s.SigKey, sep+" \t") {
+			errs.add("sig_key", "must not contain separators (%q), got %q", sep, s.SigKey)
+		}
+	default:
+		errs.add("parse", "must be one of whole, csv_pairs, space_versions, got %q", s.Parse)
+	}
+
+	if s.TimestampKey != "" {
+		switch {
+		case s.Parse != ParseCSVPairs:
+			errs.add("timestamp_key", "applies only to parse csv_pairs")
+		case strings.ContainsAny(s.TimestampKey, ",= \t"):
+			errs.add("timestamp_key", "must not contain separators, got %q", s.TimestampKey)
+		case s.TimestampKey == s.SigKey:
+			errs.add("timestamp_key", "must differ from sig_key")
+		}
+		if s.TimestampHeader != "" {
+			errs.add("timestamp_header", "set together with timestamp_key; use one")
+		}
+	}
+	if s.TimestampHeader != "" {
+		if !validHeaderName(s.TimestampHeader) {
+			errs.add("timestamp_header", "must be a header name (token characters), got %q", s.TimestampHeader)
+		}
+		e.tsHeader = textproto.CanonicalMIMEHeaderKey(s.TimestampHeader)
+	}
+	hasTS := s.TimestampKey != "" || s.TimestampHeader != ""
+
+	parts, tmplHeaders, usesTS, err := compileTemplate(s.Signed)
+	if err != nil {
+		errs.add("signed", "%v", err)
+	}
+	e.parts, e.headers = parts, tmplHeaders
+	switch {
+	case err != nil:
+	case usesTS && !hasTS:
+		errs.add("signed", "uses {ts} but neither timestamp_header nor timestamp_key is set")
+	case hasTS && !usesTS:
+		errs.add("signed", "must use {ts} when a timestamp is configured (an unsigned timestamp gives no replay protection)")
+	}
+	e.timestamped = hasTS
+
+	e.keys = decodeSecrets(s.Secrets, s.SecretDecode, errs)
+	return e
+}
+
+// decodeSecrets returns the HMAC keys for secrets, adding a problem per
+// secret that is empty or cannot be decoded. Messages never include the
+// secret.
+func decodeSecrets(secrets []string, decode string, errs *specErrors) [][]byte {
+	switch decode {
+	case SecretRaw, SecretBase64, SecretWhsecBase64:
+	default:
+		errs.add("secret_decode", "must be one of none, base64, whsec_base64, got %q", decode)
+		return nil
+	}
+	switch n := len(secrets); {
+	case n == 0:
+		errs.add("secret", "at least one secret is required")
+	case n > MaxSecrets:
+		errs.add("secret", "must have at most %d entries, got %d", MaxSecrets, n)
+	}
+	keys := make([][]byte, 0, len(secrets))
+	for i, sec := range secrets {
+		field := fmt.Sprintf("secret[%d]", i)
+		if sec == "" {
+			errs.add(field, "must not be empty")
+			continue
+		}
+		var key []byte
+		switch decode {
+		case SecretRaw:
+			key = []byte(sec)
+		case SecretBase64, SecretWhsecBase64:
+			b64 := sec
+			if decode == SecretWhsecBase64 {
+				b64 = strings.TrimPrefix(sec, whsecPrefix)
+			}
+			k, ok := decodeBase64(b64)
+			if !ok {
+				what := "standard base64"
+				if decode == SecretWhsecBase64 {
+					what = `"whsec_" followed by standard base64`
+				}
+				errs.add(field, "secret is not %s (secret_decode %s)", what, decode)
+				continue
+			}
+			if len(k) == 0 {
+				errs.add(field, "secret decodes to no bytes")
+				continue
+			}
+			key = k
+		}
+		keys = append(keys, key)
+	}
+	return keys
+}
+
+// decodeBase64 decodes the standard alphabet, padded or unpadded; any other
+// character (including white space) fails.
+func decodeBase64(s string) ([]byte, bool) {
+	for i := 0; i < len(s); i++ {
+		if !isBase64Char(s[i]) {
+			return nil, false
+		}
+	}
+	enc := base64.RawStdEncoding
+	if strings.HasSuffix(s, "=") {
+		enc = base64.StdEncoding
+	}
+	b, err := enc.DecodeString(s)
+	return b, err == nil
+}
+
+func isBase64Char(c byte) bool {
+	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '='
+}
+
+// validHeaderName reports whether name is an RFC 9110 token.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// hashFunc is the shape of sha256.New and friends.
+type hashFunc = func() hash.Hash
