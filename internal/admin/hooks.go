@@ -95,6 +95,12 @@ func (a *api) hook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	deliveries, err := a.deliveries(env.Seq)
+	if err == nil && len(deliveries) == 0 {
+		// Every hook has at least one sink; no rows means dispatch reclaimed
+		// it between the two reads.
+		writeJSON(w, http.StatusNotFound, errorBody(errNotFound))
+		return
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrCorrupt) {
 			a.log.Error("hook view: corrupt delivery", "id", id.String(), "err", err)

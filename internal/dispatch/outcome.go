@@ -96,7 +96,10 @@ func (d *Dispatcher) record(rs []result) {
 			outs = append(outs, outcome{dl.SinkID, "dead", r.dur})
 			continue
 		}
-		next := nowMs + d.o.Retry.Delay(max(int(dl.Attempts), 1), d.o.Jitter(), retryAfter).Milliseconds()
+		// Rounded up to the millisecond: a retry must never start before a
+		// target's Retry-After has elapsed.
+		delay := d.o.Retry.Delay(max(int(dl.Attempts), 1), d.o.Jitter(), retryAfter)
+		next := (now.Add(delay).UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 		dl.State, dl.NextAtMs = store.StateDue, next
 		_ = b.Set(store.DueKey(next, c.seq, c.num), nil, nil)
 		d.noteDue(next)

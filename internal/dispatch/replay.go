@@ -263,7 +263,7 @@ func (d *Dispatcher) stepJob(j *job, n int, now time.Time) {
 	b := d.st.NewBatch()
 	defer b.Close()
 	upd := j.Job
-	moved, skipped := 0, 0
+	moved, skipped, orphans := 0, 0, 0
 	for _, r := range rows {
 		upd.Cursor = r.key
 		if j.SourceID != "" {
@@ -287,6 +287,7 @@ func (d *Dispatcher) stepJob(j *job, n int, now time.Time) {
 		if v == nil {
 			_ = b.Delete(r.key, nil)
 			skipped++
+			orphans++
 			continue
 		}
 		dl, err := store.DecodeDelivery(v)
@@ -315,7 +316,7 @@ func (d *Dispatcher) stepJob(j *job, n int, now time.Time) {
 	}
 	j.Job = upd
 	j.tokens -= float64(len(rows))
-	d.deadGauge.Add(-int64(moved))
+	d.deadGauge.Add(-int64(moved + orphans))
 	if moved > 0 {
 		d.Wake()
 	}

@@ -39,7 +39,8 @@ type DualOptions struct {
 	PendingMaxRecords int
 	PendingMaxBytes   int64
 	MaxRecordBytes    int64
-	// ReconcileEvery is the reconciler's pace; default 50 ms.
+	// ReconcileEvery is the reconciler's pace; default 50 ms. Negative: no
+	// background reconciler (tests drive Queue.Reconcile themselves).
 	ReconcileEvery time.Duration
 	Observer       DualObserver
 }
@@ -79,6 +80,9 @@ type dualState struct {
 	log         *slog.Logger
 	now         func() time.Time
 	wakeRec     chan struct{} // capacity 1
+	// passMu makes reconciler passes one at a time, so a record is never
+	// republished by two passes at once.
+	passMu sync.Mutex
 }
 
 func newDualState(o DualOptions, b *batcher, log *slog.Logger, now func() time.Time) *dualState {
@@ -103,7 +107,7 @@ func newDualState(o DualOptions, b *batcher, log *slog.Logger, now func() time.T
 	if o.MaxRecordBytes <= 0 {
 		o.MaxRecordBytes = 10_000_000
 	}
-	if o.ReconcileEvery <= 0 {
+	if o.ReconcileEvery == 0 {
 		o.ReconcileEvery = 50 * time.Millisecond
 	}
 	if o.Observer == nil {
@@ -357,6 +361,8 @@ func (r *reconciler) run(ctx context.Context) {
 // pass does one round; it returns when to try again at the earliest (a
 // throttled log's Retry-After).
 func (r *reconciler) pass(ctx context.Context) time.Time {
+	r.d.passMu.Lock()
+	defer r.d.passMu.Unlock()
 	es := r.d.pending.carried()
 	if len(es) == 0 {
 		return time.Time{}

@@ -203,8 +203,8 @@ func (q *Queue) Start() {
 	q.done = make(chan struct{})
 	syncDone := make(chan struct{})
 	go func() { defer close(syncDone); q.syncer.run() }()
-	if q.writer.dual != nil {
-		rec := &reconciler{w: q.writer, d: q.writer.dual}
+	if d := q.writer.dual; d != nil && d.opts.ReconcileEvery > 0 {
+		rec := &reconciler{w: q.writer, d: d}
 		go rec.run(ctx)
 	}
 	go func() {
@@ -306,6 +306,13 @@ func (q *Queue) Close() {
 	<-q.done
 	// A clean stop leaves the watermark and offset as far as they honestly go.
 	q.writer.flushMarks()
+}
+
+// Reconcile runs one reconciler pass now (tests, and the recover command).
+func (q *Queue) Reconcile(ctx context.Context) {
+	if d := q.writer.dual; d != nil {
+		(&reconciler{w: q.writer, d: d}).pass(ctx)
+	}
 }
 
 // DualStats is the intake side of /v1/wal, /ready and the metrics.

@@ -123,14 +123,7 @@ func TestE2E_RetryAfterIsHonoured(t *testing.T) {
 		return !ok || v.Deliveries[0].Attempts == 1
 	})
 	second := rc.next(t, id)
-	// Known bug (reported): record() floors the due time to the
-	// millisecond (nowMs + delay), so a retry may start up to 1 ms before
-	// the Retry-After has elapsed. Until it is fixed the bound allows that
-	// millisecond; ANKUSA_RUN_KNOWN_BUGS=1 checks the exact contract.
-	minGap := 2*time.Second - time.Millisecond
-	if runKnownBugs {
-		minGap = 2 * time.Second
-	}
+	minGap := 2 * time.Second
 	if gap := second.At.Sub(first.At); gap < minGap {
 		t.Errorf("second attempt came %s after the first, want >= %s (Retry-After: 2)", gap, minGap)
 	}
@@ -215,7 +208,7 @@ func TestE2E_HangingReceiverIsCut(t *testing.T) {
 // is fixed, with the same id and the job id as replay id.
 func TestE2E_ReplayFromDLQ(t *testing.T) {
 	t.Parallel()
-	var fixed = make(chan struct{})
+	fixed := make(chan struct{})
 	rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request, _ call, _ <-chan struct{}) {
 		select {
 		case <-fixed:
@@ -389,7 +382,6 @@ func TestE2E_Metrics(t *testing.T) {
 // credentials or query values.
 func TestE2E_LastErrorHidesURLSecrets(t *testing.T) {
 	t.Parallel()
-	knownBug(t, "httpsink.Deliver wraps the client's *url.Error, which repeats the URL's query and user")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

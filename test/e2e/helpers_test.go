@@ -12,7 +12,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,18 +31,6 @@ const (
 	waitFor = 10 * time.Second
 )
 
-// runKnownBugs: ANKUSA_RUN_KNOWN_BUGS=1 makes the checks of reported,
-// unfixed bugs strict (or un-skips their tests).
-var runKnownBugs = os.Getenv("ANKUSA_RUN_KNOWN_BUGS") == "1"
-
-// knownBug skips a test that documents a reported, unfixed bug unless
-// ANKUSA_RUN_KNOWN_BUGS=1. Remove the call once the bug is fixed.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if !runKnownBugs {
-		t.Skip("known bug (set ANKUSA_RUN_KNOWN_BUGS=1 to run): " + what)
-	}
-}
 
 // call is one request the receiver got.
 type call struct {

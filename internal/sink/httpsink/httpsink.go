@@ -5,6 +5,8 @@ package httpsink
 
 import (
 	"bytes"
+	"errors"
+	"net/url"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -41,13 +43,12 @@ var _ sink.Sink = (*Sink)(nil)
 // operator did not name.
 func New(cfg *config.HTTPSink) (*Sink, error) {
 	s := &Sink{url: cfg.URL, headers: cfg.Headers, now: time.Now}
-	if cfg.Secret != "" {
-		sec, err := DecodeSecret(cfg.Secret)
-		if err != nil {
-			return nil, err
-		}
-		s.secret = sec
+	// One decoder for the secret: the config's, which validated it at boot.
+	sec, err := cfg.SigningKey()
+	if err != nil {
+		return nil, fmt.Errorf("http sink secret: %w", err)
 	}
+	s.secret = sec
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
 	s.client = &http.Client{
@@ -58,19 +59,6 @@ func New(cfg *config.HTTPSink) (*Sink, error) {
 		},
 	}
 	return s, nil
-}
-
-// DecodeSecret reads a Standard Webhooks secret: "whsec_" + base64, or the
-// raw string's bytes.
-func DecodeSecret(s string) ([]byte, error) {
-	if b64, ok := strings.CutPrefix(s, "whsec_"); ok {
-		b, err := base64.StdEncoding.DecodeString(b64)
-		if err != nil {
-			return nil, fmt.Errorf("http sink secret: whsec_ value is not base64: %w", err)
-		}
-		return b, nil
-	}
-	return []byte(s), nil
 }
 
 // Sign is the Standard Webhooks signature "v1,<base64 hmac-sha256 of
@@ -123,6 +111,13 @@ func (s *Sink) Deliver(ctx context.Context, m *sink.Message) error {
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
+		// The client's *url.Error repeats the whole URL (credentials, query
+		// tokens); the error ends up in delivery rows and the API, so keep
+		// only its cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return fmt.Errorf("post %s: %w", redactURL(s.url), err)
 	}
 	// Drain a little so the connection can be reused; never read an
@@ -157,7 +152,11 @@ func retryAfter(v string, now time.Time) time.Duration {
 		return 0
 	}
 	var d time.Duration
-	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+	if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		// Compare before multiplying: a huge value must cap, not wrap.
+		if err != nil || n > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter
+		}
 		d = time.Duration(n) * time.Second
 	} else if t, err := http.ParseTime(v); err == nil {
 		d = t.Sub(now)

@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -55,15 +54,6 @@ func receiver(t *testing.T, status int, extra http.Header) (*httptest.Server, <-
 	}))
 	t.Cleanup(srv.Close)
 	return srv, ch
-}
-
-// knownBug skips a test that documents a reported, unfixed bug, unless
-// ANKUSA_RUN_KNOWN_BUGS=1. Remove the call once the bug is fixed.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("ANKUSA_RUN_KNOWN_BUGS") != "1" {
-		t.Skip("known bug (set ANKUSA_RUN_KNOWN_BUGS=1 to run): " + what)
-	}
 }
 
 func newSink(t *testing.T, cfg config.HTTPSink) *httpsink.Sink {
@@ -414,8 +404,6 @@ func TestDeliver_StatusClassification(t *testing.T) {
 // TestDeliver_HugeRetryAfterIsCapped: delta-seconds too large for a
 // time.Duration must still be capped at one hour, not wrap around.
 func TestDeliver_HugeRetryAfterIsCapped(t *testing.T) {
-	knownBug(t, "retryAfter multiplies delta-seconds into a time.Duration without an overflow check "+
-		"(9999999999 → 0, 18446744074 → 290ms) and treats an out-of-int range value as absent, instead of capping at 1h")
 	for _, v := range []string{"9999999999", "18446744074", "99999999999999999999"} {
 		t.Run(v, func(t *testing.T) {
 			srv, ch := receiver(t, http.StatusServiceUnavailable, http.Header{"Retry-After": {v}})
@@ -549,8 +537,6 @@ func TestDeliver_UnreachableIsTransient(t *testing.T) {
 // in the delivery row (last_error, shown by GET /v1/hooks) and in logs, so
 // it must not carry the URL's password, user or query values.
 func TestDeliver_ErrorDoesNotLeakURLSecrets(t *testing.T) {
-	knownBug(t, "Deliver wraps the client's *url.Error, whose text repeats the URL with its query "+
-		"(and user name), defeating redactURL")
 	s := newSink(t, config.HTTPSink{URL: "http://operator:pa55word@" + closedAddr(t) + "/in?key=s3cret"})
 	err := deliver(t, s, message([]byte(`{}`)))
 	if err == nil {
