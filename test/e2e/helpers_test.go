@@ -31,7 +31,6 @@ const (
 	waitFor = 10 * time.Second
 )
 
-
 // call is one request the receiver got.
 type call struct {
 	ID       string // x-ankusa-id

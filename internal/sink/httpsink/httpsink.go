@@ -5,12 +5,12 @@ package httpsink
 
 import (
 	"bytes"
-	"errors"
-	"net/url"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
+	"net/url"
 
 	"fmt"
 	"io"
