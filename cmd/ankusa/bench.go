@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,18 +17,31 @@ import (
 	harness "github.com/ankusa/ankusa/internal/bench"
 )
 
-// bench runs the closed-loop benchmark (null handler vs disk mode) and
-// prints the figures and the targets to stdout. Exit 0 unless the run fails,
-// or -gate is given and a target is missed or not measured (then 1).
+// bench runs the closed-loop benchmark (null handler vs disk and/or dual
+// mode) and prints the figures and the targets to stdout. Exit 0 unless the
+// run fails, dual mode was measured at C=64 and missed its latency bound, or
+// -gate is given and a target is missed or not measured (then 1).
+// `bench e2e` runs the end-to-end delivery benchmark instead.
 func bench(args []string) int {
+	if len(args) > 0 && args[0] == "e2e" {
+		return benchE2E(args[1:])
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: ankusa bench [flags]      closed loop: null handler, then each -mode, per -c level")
+		fmt.Fprintln(fs.Output(), "       ankusa bench e2e [flags]  end-to-end delivery to an in-process HTTP receiver (ankusa bench e2e -h)")
+		fs.PrintDefaults()
+	}
 	clients := fs.String("c", "64,512", "comma-separated concurrency levels (closed-loop clients)")
 	body := fs.Int("b", 1024, "request body size in bytes")
 	dur := fs.Duration("d", 10*time.Second, "measured window per run")
 	warmup := fs.Duration("warmup", time.Second, "warmup per run, excluded from the figures")
 	dir := fs.String("dir", "", "parent of the per-run data dirs (default: a temp dir, removed after)")
 	gate := fs.Bool("gate", false, "exit 1 if a target is missed or not measured")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled mode=null|disk, clients=N)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled mode=null|disk|dual, clients=N)")
+	modeFlag := fs.String("mode", "disk", "instance modes measured after the null handler at every level: disk, dual, or a comma list (disk,dual)")
+	confirmMs := fs.Int("confirm-ms", 5, "dual mode: the memory intake's confirm latency in ms (intake.memory.confirm_latency_ms)")
+	rolesFlag := fs.String("roles", "both", "node.roles of the disk instance: both (ingest,dispatch) or ingest (no dispatcher); dual always runs both")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -43,8 +57,22 @@ func bench(args []string) int {
 		fmt.Fprintf(os.Stderr, "ankusa bench: -c: %v\n", err)
 		return 64
 	}
-	if *body <= 0 || *dur <= 0 || *warmup < 0 {
-		fmt.Fprintln(os.Stderr, "ankusa bench: -b and -d must be > 0, -warmup >= 0")
+	if *body <= 0 || *dur <= 0 || *warmup < 0 || *confirmMs < 0 {
+		fmt.Fprintln(os.Stderr, "ankusa bench: -b and -d must be > 0, -warmup and -confirm-ms >= 0")
+		return 64
+	}
+	modes, err := harness.ParseModes(*modeFlag)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ankusa bench: -mode: %v\n", err)
+		return 64
+	}
+	roles, err := harness.ParseRoles(*rolesFlag)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ankusa bench: -roles: %v\n", err)
+		return 64
+	}
+	if slices.Contains(modes, harness.ModeDual) && !slices.Contains(roles, "dispatch") {
+		fmt.Fprintln(os.Stderr, "ankusa bench: -roles ingest applies to disk only (wal.type dual requires ingest and dispatch); measure dual in a separate run")
 		return 64
 	}
 	w := *warmup
@@ -75,13 +103,69 @@ func bench(args []string) int {
 		Warmup:    w,
 		DataDir:   *dir,
 		Out:       os.Stdout,
+		Modes:     modes,
+		ConfirmMs: *confirmMs,
+		Roles:     roles,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ankusa bench: %v\n", err)
 		return 1
 	}
 	v := harness.PrintSummary(os.Stdout, rs)
-	if *gate && !v.Pass() {
+	if v.Failed() || (*gate && !v.Pass()) {
+		return 1
+	}
+	return 0
+}
+
+// benchE2E runs the end-to-end delivery benchmark. Exit 1 when an acked
+// hook was not delivered (missing > 0) or the run failed.
+func benchE2E(args []string) int {
+	fs := flag.NewFlagSet("bench e2e", flag.ContinueOnError)
+	n := fs.Int("n", 20_000, "hooks to post in all")
+	clients := fs.Int("c", 256, "closed-loop clients posting them")
+	latency := fs.Duration("latency", 5*time.Millisecond, "how long the receiver waits before answering 200")
+	body := fs.Int("b", 1024, "request body size in bytes")
+	conc := fs.Int("dispatch-concurrency", 64, "dispatch.concurrency of the instance")
+	modeFlag := fs.String("mode", "disk", "wal.type of the instance: disk or dual (intake.type=memory)")
+	confirmMs := fs.Int("confirm-ms", 5, "dual mode: the memory intake's confirm latency in ms")
+	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the deliveries after the last post is answered")
+	dir := fs.String("dir", "", "parent of the run's data dir (default: the temp dir); the run's dir is removed after")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 64
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "ankusa bench e2e: unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		return 64
+	}
+	if *n <= 0 || *clients <= 0 || *body <= 0 || *conc <= 0 || *latency < 0 || *confirmMs < 0 || *timeout <= 0 {
+		fmt.Fprintln(os.Stderr, "ankusa bench e2e: -n, -c, -b, -dispatch-concurrency and -timeout must be > 0, -latency and -confirm-ms >= 0")
+		return 64
+	}
+	modes, err := harness.ParseModes(*modeFlag)
+	if err != nil || len(modes) != 1 {
+		fmt.Fprintln(os.Stderr, "ankusa bench e2e: -mode must be disk or dual")
+		return 64
+	}
+	l := *latency
+	if l == 0 {
+		l = -1 // harness.E2EOptions: negative means none, zero the default
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, err := harness.RunE2E(ctx, harness.E2EOptions{
+		Hooks: *n, Clients: *clients, Latency: l, BodyBytes: *body, DispatchConcurrency: *conc,
+		Mode: modes[0], ConfirmMs: *confirmMs, Timeout: *timeout, DataDir: *dir, Out: os.Stdout,
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ankusa bench e2e: %v\n", err)
+		return 1
+	}
+	harness.PrintE2E(os.Stdout, r)
+	if !r.OK() {
 		return 1
 	}
 	return 0

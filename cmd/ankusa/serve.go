@@ -45,7 +45,7 @@ func serve(args []string) int {
 		log.Error("start failed", "err", err)
 		return 1
 	}
-	if err := in.Start(); err != nil {
+	if err := in.StartContext(ctx); err != nil {
 		log.Error("start failed", "err", err)
 		_ = in.Stop(context.Background())
 		return 1

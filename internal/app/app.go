@@ -57,6 +57,8 @@ type Instance struct {
 	metrics *metrics.Metrics
 	reg     *prometheus.Registry
 	version string
+	opts    Options
+	nums    map[store.SinkRef]uint16
 
 	ingest, adminSrv  *http.Server
 	ingestLn, adminLn net.Listener
@@ -70,7 +72,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	if o.Version == "" {
 		o.Version = "dev"
 	}
-	in := &Instance{cfg: cfg, log: o.Logger, version: o.Version}
+	in := &Instance{cfg: cfg, log: o.Logger, version: o.Version, opts: o}
 	in.reg = prometheus.NewRegistry()
 	in.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	in.metrics = metrics.New(in.reg)
@@ -94,6 +96,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	in.nums = nums
 
 	targets, err := buildTargets(cfg, nums, o.Logger)
 	if err != nil {
@@ -235,9 +238,19 @@ func (in *Instance) DurabilityLine() string {
 		"an acked hook is lost only if this host's disk is lost (backups are not configured)", in.store.Dir())
 }
 
-// Start begins serving: the queue's goroutines, dispatch (when this node
-// has the dispatch role), then both listeners.
-func (in *Instance) Start() error {
+// Start is StartContext with a background context.
+func (in *Instance) Start() error { return in.StartContext(context.Background()) }
+
+// StartContext begins serving: boot recovery under dual (before anything
+// else writes the store), the queue's goroutines, dispatch (when this node
+// has the dispatch role), then both listeners. ctx bounds only the boot
+// recovery's wait for an unreachable log.
+func (in *Instance) StartContext(ctx context.Context) error {
+	if in.intake != nil && (in.cfg.Intake.RecoverOnBoot == nil || *in.cfg.Intake.RecoverOnBoot) {
+		if _, err := in.recoverOnBoot(ctx); err != nil {
+			return err
+		}
+	}
 	in.queue.Start()
 	if in.hasRole("dispatch") {
 		if err := in.disp.Start(); err != nil {

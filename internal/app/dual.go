@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -72,4 +73,54 @@ func dualOptions(cfg *config.Config, in intake.Intake, obs queue.DualObserver) *
 		MaxRecordBytes:    ic.MaxRecordBytes,
 		Observer:          obs,
 	}
+}
+
+// recoverOnBoot runs ADR section 8 before the node serves: wait for the log
+// (Verify, retried every probe_ms), replay this node's tail into the store,
+// republish local hooks above the watermark.
+func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
+	probe := time.Duration(in.cfg.Intake.ProbeMs) * time.Millisecond
+	for {
+		err := in.intake.Verify(ctx)
+		if err == nil {
+			break
+		}
+		in.log.Warn("intake log not verified; waiting before recovery", "err", err, "retry_in", probe)
+		select {
+		case <-ctx.Done():
+			return queue.Summary{}, fmt.Errorf("boot recovery: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(probe):
+		}
+	}
+	origin := queue.OriginExisting
+	if in.store.Created() {
+		origin = queue.OriginFresh
+	}
+	sum, err := queue.Recover(ctx, in.store, queue.RecoverOptions{
+		Intake:  in.intake,
+		Node:    in.cfg.Intake.NodeID,
+		Origin:  origin,
+		Resolve: in.route,
+		Logger:  in.log,
+	})
+	if err != nil {
+		return sum, fmt.Errorf("boot recovery: %w", err)
+	}
+	return sum, nil
+}
+
+// route resolves a source for replay from the current config.
+func (in *Instance) route(source string) (queue.Route, bool) {
+	sc, ok := in.cfg.Sources[source]
+	if !ok {
+		return queue.Route{}, false
+	}
+	r := queue.Route{}
+	for _, k := range sc.Sinks {
+		r.Sinks = append(r.Sinks, queue.SinkRef{Num: in.nums[store.SinkRef{Source: source, Sink: k.ID}], ID: k.ID})
+	}
+	if sc.Dedupe != nil {
+		r.DedupeTTL = time.Duration(sc.Dedupe.TTLSeconds) * time.Second
+	}
+	return r, true
 }

@@ -55,7 +55,8 @@ type Store struct {
 	fatal  *fatalLogger // of the current db
 	closed bool
 
-	id string // m:store_id, minted at first open
+	id      string // m:store_id, minted at first open
+	created bool   // this Open created the store
 }
 
 // fatalLogger is the Pebble logger of one DB generation.
@@ -148,6 +149,7 @@ func (s *Store) initMeta() error {
 		if err := s.ApplySync(b); err != nil {
 			return fmt.Errorf("write store id: %w", err)
 		}
+		s.created = true
 	} else if f, _ := s.Get(KeyFormat); f != nil {
 		if n, ok := ParseU64(f); !ok || n != FormatVersion {
 			return fmt.Errorf("store %s has format %d, this binary reads %d", s.opts.Dir, n, FormatVersion)
@@ -156,6 +158,9 @@ func (s *Store) initMeta() error {
 	s.id = string(v)
 	return nil
 }
+
+// Created reports whether this Open created a new, empty store.
+func (s *Store) Created() bool { return s.created }
 
 // ID is the store's identity, minted when it was first created.
 func (s *Store) ID() string { return s.id }
@@ -380,4 +385,19 @@ func syncDir(fs vfs.FS, dir string) error {
 		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}
 	return f.Close()
+}
+
+// Checkpoint writes a consistent copy of the store into dir (which must not
+// exist), with the WAL flushed into it: the backup primitive. It does not
+// block the writer.
+func (s *Store) Checkpoint(dir string) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil {
+		return ErrClosed
+	}
+	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+		return fmt.Errorf("checkpoint into %s: %w", dir, err)
+	}
+	return nil
 }

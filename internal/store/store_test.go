@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -661,5 +662,25 @@ func TestSinkNumbersExhaustion(t *testing.T) {
 	}
 	if after, _ := st.Count([]byte{store.PrefixSinkNum}); after != before {
 		t.Fatalf("failed allocation wrote rows: %d → %d", before, after)
+	}
+}
+
+func TestStore_CheckpointOpensWithTheData(t *testing.T) {
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	b := st.NewBatch()
+	_ = b.Set([]byte("m:probe-key"), []byte("v1"), nil)
+	if err := st.Apply(b); err != nil { // unsynced: the checkpoint flushes the WAL
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "cp")
+	if err := st.Checkpoint(dir); err != nil {
+		t.Fatal(err)
+	}
+	cp := testutil.OpenStore(t, dir, nil)
+	if v, err := cp.Get([]byte("m:probe-key")); err != nil || string(v) != "v1" {
+		t.Fatalf("checkpoint read = %q, %v", v, err)
+	}
+	if cp.ID() != st.ID() {
+		t.Fatalf("checkpoint store id %s, want %s", cp.ID(), st.ID())
 	}
 }

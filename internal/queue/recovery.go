@@ -1,0 +1,366 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// Boot recovery of wal.type: dual (ADR section 8): replay this node's tail of
+// the intake log into the store with a seq-keyed idempotent apply, then
+// republish every local hook above the watermark. It runs before the queue
+// starts (nothing else writes the store meanwhile), at every boot, and
+// offline as `ankusa recover`.
+
+// ErrIntakeTruncated: the log no longer reaches back to the store's offset.
+var ErrIntakeTruncated = errors.New("intake_truncated")
+
+// Origin says where the store came from, which decides what a gap means.
+type Origin int
+
+const (
+	// OriginExisting: the store was on this disk; every hook in a gap is local.
+	OriginExisting Origin = iota
+	// OriginRestored: the store came from a backup; a gap is lost hooks.
+	OriginRestored
+	// OriginFresh: a new, empty store.
+	OriginFresh
+)
+
+// Route is how replay resolves a source: its sinks and dedupe TTL today.
+type Route struct {
+	Sinks     []SinkRef
+	DedupeTTL time.Duration
+}
+
+// RecoverOptions configure Recover.
+type RecoverOptions struct {
+	Intake intake.Intake
+	Node   string
+	Origin Origin
+	// From overrides the start: nil = the store's m:intake_offset (or the
+	// earliest record when it has none).
+	From *intake.Position
+	// AllowGap lets a restored or fresh store recover over a truncated log,
+	// logging the gap.
+	AllowGap bool
+	// DryRun reads and counts; it writes nothing and publishes nothing.
+	DryRun bool
+	// Resolve returns the current route of a source; ok=false counts the
+	// record unroutable.
+	Resolve func(source string) (Route, bool)
+	// Chunk is the apply batch size (default 500).
+	Chunk  int
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// Summary is what recovery did; ankusa recover prints it.
+type Summary struct {
+	Records, Applied, Present, Collided, Unroutable, Republished int
+	From, Earliest, Last                                         intake.Position
+	Gap                                                          bool
+}
+
+func (s Summary) String() string {
+	return fmt.Sprintf("records=%d applied=%d present=%d collided=%d unroutable=%d republished=%d",
+		s.Records, s.Applied, s.Present, s.Collided, s.Unroutable, s.Republished)
+}
+
+// Recover runs the replay and the republish.
+func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, error) {
+	if o.Chunk <= 0 {
+		o.Chunk = 500
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	log := o.Logger.With("component", "recovery", "node", o.Node)
+	var sum Summary
+
+	from := intake.Position(-1)
+	hasOffset := false
+	if v, err := st.Get(KeyIntakeOffset); err != nil {
+		return sum, err
+	} else if n, ok := store.ParseU64(v); ok {
+		from, hasOffset = intake.Position(n), true
+	}
+	if o.From != nil {
+		from = *o.From
+	}
+	sum.From = from
+
+	earliest, err := o.Intake.Earliest(ctx)
+	if err != nil {
+		return sum, fmt.Errorf("earliest position: %w", err)
+	}
+	sum.Earliest = earliest
+	if hasOffset && earliest > from+1 {
+		sum.Gap = true
+		switch {
+		case o.Origin == OriginExisting:
+			// Every hook in the gap is in this store already.
+			log.Warn("intake log truncated past the store's offset; this store holds the gap locally", "offset", from, "earliest", earliest)
+		case !o.AllowGap:
+			return sum, fmt.Errorf("%w: the store needs the log from position %d, the earliest retained is %d; run ankusa recover --allow-gap to accept the loss", ErrIntakeTruncated, from+1, earliest)
+		default:
+			log.Error("recovering over a gap in the intake log: hooks in it are lost", "wanted", from+1, "earliest", earliest, "lost_positions", earliest-from-1)
+		}
+	}
+
+	next, err := readNextSeq(st)
+	if err != nil {
+		return sum, err
+	}
+	a := &applier{st: st, o: o, sum: &sum, next: next, log: log}
+	err = o.Intake.Replay(ctx, from, func(r intake.Record, pos intake.Position) error {
+		sum.Records++
+		sum.Last = pos
+		a.add(r, pos)
+		if len(a.pending) >= o.Chunk {
+			return a.flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = a.flush()
+	}
+	if err == nil {
+		err = a.flushCollided()
+	}
+	if err != nil {
+		return sum, fmt.Errorf("replay: %w", err)
+	}
+	if err := republish(ctx, st, o, &sum, a.next); err != nil {
+		return sum, err
+	}
+	log.Info("intake recovery done", "summary", sum.String(), "from", from, "earliest", earliest)
+	return sum, nil
+}
+
+func readNextSeq(st *store.Store) (uint64, error) {
+	next := uint64(1)
+	if v, err := st.Get(store.KeyNextSeq); err != nil {
+		return 0, err
+	} else if n, ok := store.ParseU64(v); ok {
+		next = max(next, n)
+	}
+	var last uint64
+	err := st.Scan([]byte{store.PrefixHook}, []byte{store.PrefixHook + 1}, func(k, _ []byte) bool {
+		if s, ok := store.ParseU64(k[1:]); ok {
+			last = s
+		}
+		return true
+	})
+	return max(next, last+1), err
+}
+
+type replayed struct {
+	r   intake.Record
+	pos intake.Position
+}
+
+// applier applies replayed records in chunks, one synced batch each, with
+// the offset advanced in the same batch.
+type applier struct {
+	st       *store.Store
+	o        RecoverOptions
+	sum      *Summary
+	next     uint64
+	pending  []replayed
+	collided []replayed
+	log      *slog.Logger
+}
+
+func (a *applier) add(r intake.Record, pos intake.Position) {
+	a.pending = append(a.pending, replayed{r, pos})
+}
+
+// flush applies the chunk. The rule, keyed by seq and hook id:
+//   - no hook at the seq: write it with its original seq and raise next_seq;
+//   - the same hook id at the seq: skip (every duplicate or reordered record);
+//   - another hook id: a collision — never overwrite; write under a fresh seq.
+func (a *applier) flush() error {
+	if len(a.pending) == 0 {
+		return nil
+	}
+	b := a.st.NewBatch()
+	defer b.Close()
+	inChunk := map[uint64][16]byte{}
+	ids := map[[16]byte]bool{}
+	var last intake.Position
+	for _, p := range a.pending {
+		last = p.pos
+		env, err := store.DecodeEnvelope(p.r.Value)
+		if err != nil {
+			a.log.Warn("replay: undecodable hook record skipped", "seq", p.r.Seq, "err", err)
+			continue
+		}
+		// Present by id first: a hook already written (under its own seq, or
+		// re-sequenced after a collision by an earlier run) is never written
+		// twice.
+		if ids[env.ID] {
+			a.sum.Present++
+			continue
+		}
+		if v, err := a.st.Get(store.HookIDKey(env.ID)); err != nil {
+			return err
+		} else if v != nil {
+			a.sum.Present++
+			continue
+		}
+		seq := p.r.Seq
+		existing, seen := inChunk[seq]
+		if !seen {
+			v, err := a.st.Get(store.HookKey(seq))
+			if err != nil {
+				return err
+			}
+			if v != nil {
+				if e, err := store.DecodeEnvelope(v); err == nil {
+					existing, seen = e.ID, true
+				}
+			}
+		}
+		if seen {
+			// A collision: never overwrite. It is written after the whole
+			// replay, under a seq above every replayed one, so it cannot
+			// collide again with a record still to come.
+			a.sum.Collided++
+			a.log.Error("replay: seq collision, the record gets a fresh seq (two live nodes shared a node id?)",
+				"seq", seq, "stored_id", fmt.Sprintf("%x", existing), "log_id", fmt.Sprintf("%x", env.ID))
+			a.collided = append(a.collided, p)
+			continue
+		}
+		a.write(b, env, seq)
+		inChunk[seq] = env.ID
+		ids[env.ID] = true
+	}
+	return a.commit(b, last)
+}
+
+// flushCollided writes the collided records under fresh seqs.
+func (a *applier) flushCollided() error {
+	if len(a.collided) == 0 {
+		return nil
+	}
+	b := a.st.NewBatch()
+	defer b.Close()
+	var last intake.Position
+	for _, p := range a.collided {
+		last = p.pos
+		env, err := store.DecodeEnvelope(p.r.Value)
+		if err != nil {
+			continue
+		}
+		a.write(b, env, a.next)
+	}
+	a.collided = nil
+	return a.commit(b, last)
+}
+
+// write adds one hook under seq to b.
+func (a *applier) write(b *pebble.Batch, env *store.Envelope, seq uint64) {
+	route, ok := a.o.Resolve(env.Source)
+	if !ok {
+		a.sum.Unroutable++
+		a.log.Warn("replay: unknown source; the hook is stored without deliveries", "source", env.Source, "seq", seq)
+	}
+	env.Seq = seq
+	_ = b.Set(store.HookKey(seq), store.EncodeEnvelope(env), nil)
+	_ = b.Set(store.HookIDKey(env.ID), store.U64(seq), nil)
+	dueAt := a.o.Now().UnixMilli()
+	for _, sk := range route.Sinks {
+		_ = b.Set(store.DeliveryKey(seq, sk.Num), store.EncodeDelivery(&store.Delivery{
+			State: store.StateDue, NextAtMs: dueAt, Size: uint32(len(env.Body)), SinkID: sk.ID,
+		}), nil)
+		_ = b.Set(store.DueKey(dueAt, seq, sk.Num), nil, nil)
+	}
+	if env.DedupeKey != "" && route.DedupeTTL > 0 {
+		uk := store.DedupeKey(env.Tenant, env.Source, env.DedupeKey)
+		exp := time.Unix(0, env.ReceivedAt).Add(route.DedupeTTL).UnixMilli()
+		if exp > a.o.Now().UnixMilli() {
+			_ = b.Set(uk, store.EncodeDedupe(&store.DedupeEntry{ExpiresAtMs: exp, ID: env.ID, Seq: seq}), nil)
+			_ = b.Set(store.ExpiryKey(exp, uk), nil, nil)
+		}
+	}
+	a.next = max(a.next, seq+1)
+	a.sum.Applied++
+}
+
+// commit applies one chunk's batch with the offset advanced in it.
+func (a *applier) commit(b *pebble.Batch, last intake.Position) error {
+	a.pending = a.pending[:0]
+	if a.o.DryRun {
+		return nil
+	}
+	_ = b.Set(store.KeyNextSeq, store.U64(a.next), nil)
+	_ = b.Set(KeyIntakeOffset, store.U64(uint64(last)), nil)
+	if err := a.st.ApplySync(b); err != nil {
+		return fmt.Errorf("apply replayed chunk: %w", err)
+	}
+	return nil
+}
+
+// republish publishes every local hook above the watermark: a crash can
+// leave local hooks the log never confirmed. Duplicates are absorbed by the
+// apply rule.
+func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summary, next uint64) error {
+	wm := uint64(0)
+	if v, err := st.Get(KeyIntakeSeq); err != nil {
+		return err
+	} else if n, ok := store.ParseU64(v); ok {
+		wm = n
+	}
+	// Page through the hooks above the watermark, 256 at a time, publishing
+	// each page outside the scan (a publish must not hold the store's read
+	// lock, and a first dual boot may republish a whole store).
+	lower := store.HookKey(wm + 1)
+	for {
+		var page []intake.Record
+		var lastKey []byte
+		err := st.Scan(lower, []byte{store.PrefixHook + 1}, func(k, v []byte) bool {
+			lastKey = append(lastKey[:0], k...)
+			if env, err := store.DecodeEnvelope(v); err == nil {
+				page = append(page, intake.Record{
+					Version: intake.RecordVersion, Kind: intake.KindHook, Node: o.Node, Seq: env.Seq, ID: env.ID,
+					Incarnation: "0", Tenant: env.Tenant, Source: env.Source, Value: append([]byte(nil), v...),
+				})
+			}
+			return len(page) < 256
+		})
+		if err != nil {
+			return err
+		}
+		if len(page) > 0 && !o.DryRun {
+			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_, err := o.Intake.PublishBatch(pctx, page)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("republish %d hooks above the watermark: %w", len(page), err)
+			}
+		}
+		sum.Republished += len(page)
+		if lastKey == nil || len(page) < 256 {
+			break
+		}
+		lower = append(lastKey, 0)
+	}
+	if o.DryRun {
+		return nil
+	}
+	b := st.NewBatch()
+	defer b.Close()
+	_ = b.Set(KeyIntakeSeq, store.U64(next-1), nil)
+	return st.ApplySync(b)
+}

@@ -1,0 +1,269 @@
+package queue_test
+
+// Boot recovery (ADR section 8), named after the ADR's recovery_test.exs
+// cases. A "host loss" is a new, empty store opened against the same
+// file-backed intake log.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/intake/memory"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+func route(source string) (queue.Route, bool) {
+	if source != "demo" {
+		return queue.Route{}, false
+	}
+	return queue.Route{Sinks: []queue.SinkRef{{Num: 0, ID: "log"}}, DedupeTTL: time.Hour}, true
+}
+
+func openLog(t *testing.T, dir string) *memory.Log {
+	t.Helper()
+	lg, err := memory.Open(memory.Options{Dir: dir, Node: "node-a", Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lg.Close() })
+	return lg
+}
+
+// ackIntoLog runs a dual queue on its own store and acks n hooks (some with
+// dedupe keys); it returns the acked results.
+func ackIntoLog(t *testing.T, lg *memory.Log, n int) []queue.Result {
+	t.Helper()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q, err := queue.New(st, queue.Options{Logger: testutil.Logger(t), Dual: &queue.DualOptions{Intake: lg, Node: "node-a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Start()
+	defer q.Close()
+	var out []queue.Result
+	for i := range n {
+		key := ""
+		if i%2 == 0 {
+			key = fmt.Sprintf("evt_%d", i)
+		}
+		r, err := q.Submit(context.Background(), rec(fmt.Sprintf("body-%d", i), key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func recoverInto(t *testing.T, st *store.Store, lg *memory.Log, mod func(*queue.RecoverOptions)) (queue.Summary, error) {
+	t.Helper()
+	o := queue.RecoverOptions{Intake: lg, Node: "node-a", Origin: queue.OriginRestored, Resolve: route, Logger: testutil.Logger(t)}
+	if mod != nil {
+		mod(&o)
+	}
+	return queue.Recover(context.Background(), st, o)
+}
+
+func assertHooks(t *testing.T, st *store.Store, acked []queue.Result) {
+	t.Helper()
+	for _, r := range acked {
+		v, err := st.Get(store.HookKey(r.Seq))
+		if err != nil || v == nil {
+			t.Fatalf("acked hook seq %d missing after recovery (%v)", r.Seq, err)
+		}
+		env, err := store.DecodeEnvelope(v)
+		if err != nil || env.ID != r.ID {
+			t.Fatalf("seq %d holds %x, want %x (%v)", r.Seq, env.ID, r.ID, err)
+		}
+		if d, _ := st.Get(store.DeliveryKey(r.Seq, 0)); d == nil {
+			t.Fatalf("seq %d has no delivery row after recovery", r.Seq)
+		}
+	}
+}
+
+func TestRecovery_HostLossReplaysEveryAckedHookWithItsSeq(t *testing.T) {
+	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+	acked := ackIntoLog(t, lg, 20)
+
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil) // the replacement's empty disk
+	sum, err := recoverInto(t, st, lg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Applied != 20 || sum.Present != 0 || sum.Collided != 0 {
+		t.Fatalf("summary %s, want applied=20", sum)
+	}
+	assertHooks(t, st, acked)
+	// next_seq is raised past every replayed seq: no seq is reused.
+	q := testutil.StartQueue(t, st, queue.Options{})
+	r, err := q.Submit(context.Background(), rec("after", ""))
+	if err != nil || r.Seq != 21 {
+		t.Fatalf("first hook after recovery: %+v %v, want seq 21", r, err)
+	}
+	// Dedupe keys come back too: a provider retry is a duplicate.
+	d, err := q.Submit(context.Background(), rec("body-0", "evt_0"))
+	if err != nil || !d.Duplicate || d.ID != acked[0].ID {
+		t.Fatalf("retry after recovery: %+v %v, want duplicate of %x", d, err, acked[0].ID)
+	}
+}
+
+func TestRecovery_IdempotentAndSecondRunChangesNothing(t *testing.T) {
+	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+	acked := ackIntoLog(t, lg, 10)
+	// Duplicate and reordered records: publish the log's records again, reversed.
+	recs := lg.Records()
+	for i, j := 0, len(recs)-1; i < j; i, j = i+1, j-1 {
+		recs[i], recs[j] = recs[j], recs[i]
+	}
+	if _, err := lg.PublishBatch(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	sum, err := recoverInto(t, st, lg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Applied != 10 || sum.Present != 10 {
+		t.Fatalf("summary %s, want applied=10 present=10", sum)
+	}
+	assertHooks(t, st, acked)
+	again, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Applied != 0 {
+		t.Fatalf("second run applied %d, want 0 (%s)", again.Applied, again)
+	}
+	if n, _ := st.Count([]byte{store.PrefixHook}); n != 10 {
+		t.Fatalf("hooks = %d after two runs, want 10", n)
+	}
+}
+
+func TestRecovery_SeqCollisionIsResequencedNeverOverwritten(t *testing.T) {
+	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+	ackIntoLog(t, lg, 3)
+	// The replacement already holds a different hook at seq 1.
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	mine, err := q.Submit(context.Background(), rec("local", ""))
+	if err != nil || mine.Seq != 1 {
+		t.Fatal(err)
+	}
+	q.Close()
+	sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Collided != 1 {
+		t.Fatalf("summary %s, want collided=1", sum)
+	}
+	v, _ := st.Get(store.HookKey(1))
+	if env, _ := store.DecodeEnvelope(v); env.ID != mine.ID {
+		t.Fatal("a collision overwrote the local hook")
+	}
+	if n, _ := st.Count([]byte{store.PrefixHook}); n != 4 {
+		t.Fatalf("hooks = %d, want 4 (the local one and three replayed)", n)
+	}
+}
+
+func TestRecovery_RepublishesLocalHooksAboveTheWatermark(t *testing.T) {
+	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+	// Hooks acked under disk mode: in the store, never in the log.
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	for i := range 5 {
+		if _, err := q.Submit(context.Background(), rec(fmt.Sprint(i), "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+	sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Republished != 5 || lg.Published() != 5 {
+		t.Fatalf("summary %s, log records %d; want 5 republished", sum, lg.Published())
+	}
+	wm, _ := st.Get(queue.KeyIntakeSeq)
+	if n, _ := store.ParseU64(wm); n != 5 {
+		t.Fatalf("watermark = %d, want 5", n)
+	}
+}
+
+func TestRecovery_UnknownSourceIsUnroutable(t *testing.T) {
+	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+	ackIntoLog(t, lg, 2)
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) {
+		o.Resolve = func(string) (queue.Route, bool) { return queue.Route{}, false }
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Unroutable != 2 || sum.Applied != 2 {
+		t.Fatalf("summary %s, want unroutable=2 applied=2", sum)
+	}
+}
+
+func TestRecovery_TruncatedLog(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		origin   queue.Origin
+		allowGap bool
+		wantErr  bool
+	}{
+		{"refuses a restored store", queue.OriginRestored, false, true},
+		{"allow-gap recovers a restored store", queue.OriginRestored, true, false},
+		{"warns on an existing store", queue.OriginExisting, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+			ackIntoLog(t, lg, 6)
+			st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+			// The store's offset says it holds everything up to position 1;
+			// retention has since dropped positions 0..3.
+			b := st.NewBatch()
+			_ = b.Set(queue.KeyIntakeOffset, store.U64(1), nil)
+			if err := st.ApplySync(b); err != nil {
+				t.Fatal(err)
+			}
+			if err := lg.Truncate(3); err != nil {
+				t.Fatal(err)
+			}
+			sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin, o.AllowGap = tc.origin, tc.allowGap })
+			if tc.wantErr {
+				if !errors.Is(err, queue.ErrIntakeTruncated) {
+					t.Fatalf("err = %v, want intake_truncated", err)
+				}
+				return
+			}
+			if err != nil || !sum.Gap {
+				t.Fatalf("summary %s, err %v; want a recorded gap and no error", sum, err)
+			}
+		})
+	}
+}
+
+func TestRecovery_DryRunWritesNothing(t *testing.T) {
+	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+	ackIntoLog(t, lg, 4)
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.DryRun = true })
+	if err != nil || sum.Applied != 4 {
+		t.Fatalf("dry run: %s %v, want applied=4 counted", sum, err)
+	}
+	if n, _ := st.Count([]byte{store.PrefixHook}); n != 0 {
+		t.Fatalf("dry run wrote %d hooks", n)
+	}
+	if v, _ := st.Get(queue.KeyIntakeOffset); v != nil {
+		t.Fatal("dry run wrote the offset")
+	}
+	_ = intake.Position(0)
+}
