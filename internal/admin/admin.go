@@ -18,6 +18,7 @@ import (
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/ratelimit"
 	"github.com/ankusa/ankusa/internal/store"
 )
 
@@ -29,10 +30,12 @@ type Deps struct {
 	Queue  *queue.Queue
 	// Dispatch, when set, serves /v1/dlq and /v1/replays.
 	Dispatch *dispatch.Dispatcher
-	Registry *prometheus.Registry
-	Version  string
-	Logger   *slog.Logger
-	Now      func() time.Time // nil = time.Now
+	// RateLimits, when set, serves /v1/rate-limits and /v1/tenants/{t}/rate-limit.
+	RateLimits *ratelimit.Overrides
+	Registry   *prometheus.Registry
+	Version    string
+	Logger     *slog.Logger
+	Now        func() time.Time // nil = time.Now
 	// Readiness, when set, is the check New serves /ready with. Pass the
 	// one given to HealthHandler so both ports share one probe cache (at
 	// most one probe write per second in all); nil builds a new one.
@@ -76,6 +79,9 @@ func New(d Deps) http.Handler {
 	mux.HandleFunc("GET /v1/hooks/{id}", a.hook)
 	if d.Dispatch != nil {
 		routeDispatch(mux, a)
+	}
+	if d.RateLimits != nil {
+		routeRateLimits(mux, a)
 	}
 	return jsonErrors(mux)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/metrics"
 	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/ratelimit"
 	"github.com/ankusa/ankusa/internal/store"
 )
 
@@ -59,6 +60,8 @@ type Instance struct {
 	version string
 	opts    Options
 	nums    map[store.SinkRef]uint16
+	limiter *ratelimit.GCRA
+	sources *edge.Registry
 
 	ingest, adminSrv  *http.Server
 	ingestLn, adminLn net.Listener
@@ -185,11 +188,28 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	health := admin.HealthHandler(deps, ready)
 	ingestMux.Handle("GET /health", health)
 	ingestMux.Handle("GET /ready", health)
+	sources, err := edge.SourcesFromConfig(cfg, nums)
+	in.sources = edge.NewRegistry(sources)
+	if err != nil {
+		in.closeIntake()
+		closeTargets(targets)
+		_ = st.Close()
+		return nil, err
+	}
+	in.limiter = newLimiter(cfg)
+	overrides, err := ratelimit.LoadOverrides(st, in.limiter, configuredLimits(cfg))
+	if err != nil {
+		in.closeIntake()
+		closeTargets(targets)
+		_ = st.Close()
+		return nil, err
+	}
 	ingestMux.Handle(cfg.HTTP.Prefix+"/", edge.New(edge.Options{
 		Routing:      cfg.HTTP.Routing,
 		Prefix:       cfg.HTTP.Prefix,
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
-		Sources:      edge.SourcesFromConfig(cfg, nums),
+		Sources:      in.sources,
+		Limiter:      in.limiter,
 		Committer:    q,
 		Observer:     in.metrics,
 		Logger:       o.Logger,
@@ -204,6 +224,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		MaxHeaderBytes:    cfg.HTTP.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
+	deps.RateLimits = overrides
 	in.adminSrv = &http.Server{
 		Handler:           admin.New(deps),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -329,4 +350,27 @@ func (in *Instance) Stop(ctx context.Context) error {
 	errs = append(errs, in.store.Close())
 	in.log.Info("ankusa stopped")
 	return errors.Join(errs...)
+}
+
+// newLimiter builds the per-tenant limiter from rate_limits: the default
+// and one override per configured tenant.
+func newLimiter(cfg *config.Config) *ratelimit.GCRA {
+	var def ratelimit.Limit
+	if d := cfg.RateLimits.Default; d != nil {
+		def = ratelimit.Limit{Rate: d.Rate, Burst: d.Burst}
+	}
+	g := ratelimit.NewGCRA(ratelimit.Options{Default: def})
+	for t, l := range configuredLimits(cfg) {
+		g.SetLimit(t, l)
+	}
+	return g
+}
+
+// configuredLimits is rate_limits.tenants as limiter limits.
+func configuredLimits(cfg *config.Config) map[string]ratelimit.Limit {
+	out := make(map[string]ratelimit.Limit, len(cfg.RateLimits.Tenants))
+	for t, l := range cfg.RateLimits.Tenants {
+		out[t] = ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}
+	}
+	return out
 }

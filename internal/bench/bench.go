@@ -1,8 +1,10 @@
 // Package bench is the `ankusa bench` harness: a closed-loop load generator
 // that drives, in one run and on the same machine, a null HTTP handler (the
-// ceiling: Go's HTTP stack and the load generator alone) and a real Ankusa
-// instance in disk mode (every 201 waits for a WAL fsync), so the ratio of the
-// two says what the durable commit path costs.
+// ceiling: Go's HTTP stack and the load generator alone) and real Ankusa
+// instances in disk mode (every 201 waits for a WAL fsync) and, on request,
+// dual mode (every 201 also waits for the memory intake log's confirm), so
+// the ratios say what the durable commit path costs. RunE2E measures
+// delivery end to end: ingest, dispatch and an HTTP receiver.
 //
 // The load generator runs in the same process, on the same cores, as the
 // server under test. Both modes pay for it equally, so ratios between the
@@ -24,11 +26,9 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
-
-	"github.com/ankusa/ankusa/internal/app"
-	"github.com/ankusa/ankusa/internal/config"
 )
 
 // Mode names what a Result measured.
@@ -40,7 +40,69 @@ const (
 	ModeNull Mode = "null"
 	// ModeDisk is an Ankusa instance with wal.type=disk and the default config.
 	ModeDisk Mode = "disk"
+	// ModeDual is an Ankusa instance with wal.type=dual and intake.type=memory
+	// (a file-backed log on the same host, TEST ONLY) whose confirms wait
+	// Options.ConfirmMs after the log's own fsync.
+	ModeDual Mode = "dual"
 )
+
+// ParseModes reads a comma list of instance modes ("disk", "dual").
+func ParseModes(s string) ([]Mode, error) {
+	var out []Mode
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		m := Mode(f)
+		if m != ModeDisk && m != ModeDual {
+			return nil, fmt.Errorf("unknown mode %q (disk|dual)", f)
+		}
+		if slices.Contains(out, m) {
+			return nil, fmt.Errorf("mode %q given twice", f)
+		}
+		out = append(out, m)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no mode")
+	}
+	return out, nil
+}
+
+// DefaultRoles are the node roles of config.Default().
+var DefaultRoles = []string{"ingest", "dispatch"}
+
+// ParseRoles reads a comma list of node roles (ingest, dispatch); "both"
+// is ingest,dispatch. Ingest is required: the bench posts hooks.
+func ParseRoles(s string) ([]string, error) {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		switch f {
+		case "":
+			continue
+		case "both":
+			for _, r := range DefaultRoles {
+				if !slices.Contains(out, r) {
+					out = append(out, r)
+				}
+			}
+			continue
+		case "ingest", "dispatch":
+		default:
+			return nil, fmt.Errorf("unknown role %q (ingest|dispatch|both)", f)
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	if !slices.Contains(out, "ingest") {
+		return nil, fmt.Errorf("the roles must include ingest")
+	}
+	return out, nil
+}
+
+func hasDispatch(roles []string) bool { return slices.Contains(roles, "dispatch") }
 
 // Options configure Run. Zero values take the defaults in brackets.
 type Options struct {
@@ -61,6 +123,18 @@ type Options struct {
 	Out io.Writer
 	// Logger is given to the Ankusa instances; nil discards.
 	Logger *slog.Logger
+
+	// Modes are the instance modes measured after the null handler at every
+	// level, in order [disk].
+	Modes []Mode
+	// ConfirmMs is the memory intake's confirm latency in dual mode
+	// (intake.memory.confirm_latency_ms) [0].
+	ConfirmMs int
+	// Roles are node.roles of the disk-mode instance [ingest, dispatch]:
+	// ["ingest"] measures the ingest path without the dispatcher. Dual mode
+	// always runs both (config validation requires them under dual), so Run
+	// refuses Roles without dispatch when Modes include dual.
+	Roles []string
 }
 
 func (o *Options) fill() {
@@ -83,6 +157,12 @@ func (o *Options) fill() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(o.Modes) == 0 {
+		o.Modes = []Mode{ModeDisk}
+	}
+	if len(o.Roles) == 0 {
+		o.Roles = DefaultRoles
 	}
 }
 
@@ -119,25 +199,64 @@ type Result struct {
 	// cores: well above zero means the figures were disturbed.
 	CPU, OtherCPU float64
 
-	// Disk mode only: successful fsyncs during the window (Stats().Syncs
-	// delta) and hooks they made durable, i.e. acked (Stats().DurableSeq
-	// delta).
+	// Instance modes only: successful fsyncs during the window
+	// (Stats().Syncs delta) and hooks they made durable (Stats().DurableSeq
+	// delta; under disk that is acked, under dual the local half of the ack).
 	Fsyncs       uint64
 	Hooks        uint64
 	FsyncsPerSec float64
 	// MeanGroup is Hooks / Fsyncs: how many hooks one fsync acked on average.
 	MeanGroup float64
+
+	// Roles are the instance's node.roles (instance modes only).
+	Roles []string
+	// FsyncP50 estimates the median WAL fsync during the window from the
+	// bucket deltas of ankusa_wal_sync_duration_seconds (interpolated inside
+	// a bucket, as PromQL's histogram_quantile does); zero when unknown.
+	FsyncP50 time.Duration
+	// DeliveredPerSec is deliveries to the sinks during the window
+	// (ankusa_dispatch_deliveries_total{result="delivered"} delta); zero
+	// without the dispatch role.
+	DeliveredPerSec float64
+	// MetricsError is why /metrics could not be read, if it could not; the
+	// figures drawn from it are then zero.
+	MetricsError string
+
+	// Dual mode only. Confirm is the memory intake's injected confirm
+	// latency. Publishes counts PublishBatch calls during the window (the
+	// count of ankusa_intake_publish_duration_seconds, every outcome), of
+	// which PublishFailures failed. RecsPerPublish is Hooks / Publishes: one
+	// publish carries one writer group, so it is the mean group the log saw.
+	// PublishP50 estimates the median successful publish (append, the log's
+	// fsync and the confirm latency) from the histogram buckets.
+	Confirm         time.Duration
+	Publishes       uint64
+	PublishFailures uint64
+	RecsPerPublish  float64
+	PublishP50      time.Duration
 }
 
 // Run benchmarks every concurrency level in o.Clients: for each, the null
-// handler first, then a fresh Ankusa instance in disk mode with its own fresh
-// data dir. It stops early, returning what it has, when ctx ends.
+// handler first, then a fresh Ankusa instance per mode of o.Modes, each with
+// its own fresh data dir. It stops early, returning what it has, when ctx
+// ends.
 func Run(ctx context.Context, o Options) ([]Result, error) {
 	o.fill()
 	for _, c := range o.Clients {
 		if c <= 0 {
 			return nil, fmt.Errorf("bench: clients must be > 0, got %d", c)
 		}
+	}
+	for _, m := range o.Modes {
+		if m != ModeDisk && m != ModeDual {
+			return nil, fmt.Errorf("bench: unknown mode %q", m)
+		}
+		if m == ModeDual && !hasDispatch(o.Roles) {
+			return nil, fmt.Errorf("bench: roles %s apply to disk only: wal.type dual requires ingest and dispatch; measure them in separate runs", strings.Join(o.Roles, ","))
+		}
+	}
+	if o.ConfirmMs < 0 {
+		return nil, fmt.Errorf("bench: confirm latency must be >= 0, got %d ms", o.ConfirmMs)
 	}
 	root := o.DataDir
 	if root == "" {
@@ -155,7 +274,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	body := makeBody(o.BodyBytes)
 	var out []Result
 	for _, c := range o.Clients {
-		for _, mode := range []Mode{ModeNull, ModeDisk} {
+		for _, mode := range append([]Mode{ModeNull}, o.Modes...) {
 			if err := ctx.Err(); err != nil {
 				return out, err
 			}
@@ -171,7 +290,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 				if mode == ModeNull {
 					r, err = runNull(ctx, &o, c, body)
 				} else {
-					r, err = runDisk(ctx, &o, root, c, body)
+					r, err = runInstance(ctx, &o, root, mode, c, body)
 				}
 			})
 			if err != nil {
@@ -212,60 +331,96 @@ func runNull(ctx context.Context, o *Options, clients int, body []byte) (Result,
 	return drive(ctx, o, ModeNull, clients, url, body, nil)
 }
 
-func runDisk(ctx context.Context, o *Options, root string, clients int, body []byte) (Result, error) {
-	dir, err := os.MkdirTemp(root, fmt.Sprintf("disk-c%d-", clients))
+func runInstance(ctx context.Context, o *Options, root string, mode Mode, clients int, body []byte) (Result, error) {
+	dir, err := os.MkdirTemp(root, fmt.Sprintf("%s-c%d-", mode, clients))
 	if err != nil {
 		return Result{}, err
 	}
 	defer os.RemoveAll(dir)
 
-	cfg := config.Default()
-	cfg.Node.DataDir = dir
-	cfg.HTTP.IP = "127.0.0.1"
-	cfg.HTTP.Port = 0
-	cfg.Admin.IP = "127.0.0.1"
-	cfg.Admin.Port = 0
-	in, err := app.New(cfg, app.Options{Logger: o.Logger, Version: "bench"})
+	roles := o.Roles
+	if mode == ModeDual {
+		roles = DefaultRoles
+	}
+	cfg := instanceConfig(dir, mode, o.ConfirmMs, roles)
+	in, stop, err := startInstance(cfg, o.Logger)
 	if err != nil {
 		return Result{}, err
 	}
-	if err := in.Start(); err != nil {
-		_ = in.Stop(context.Background())
-		return Result{}, err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = in.Stop(sctx)
-	}()
+	defer stop()
 	url := "http://" + in.IngestAddr() + cfg.HTTP.Prefix + "/demo"
+	metricsURL := "http://" + in.AdminAddr() + "/metrics"
 	q := in.Queue()
 	// Hooks made durable are counted by durable_seq: seqs are dense, one per
 	// hook written, and durable_seq rises only with a successful fsync.
 	// (Stats().Hooks is a gauge of stored hooks: dispatch lowers it.)
 	var s0, s1 struct{ syncs, durable uint64 }
-	probe := &windowProbe{
-		atStart: func() { st := q.Stats(); s0.syncs, s0.durable = st.Syncs, st.DurableSeq },
-		atEnd:   func() { st := q.Stats(); s1.syncs, s1.durable = st.Syncs, st.DurableSeq },
+	var m0, m1 metricSnap
+	var merr error
+	scrape := func(dst *metricSnap) {
+		if merr != nil {
+			return
+		}
+		*dst, merr = scrapeMetrics(ctx, metricsURL)
 	}
-	r, err := drive(ctx, o, ModeDisk, clients, url, body, probe)
+	probe := &windowProbe{
+		atStart: func() {
+			st := q.Stats()
+			s0.syncs, s0.durable = st.Syncs, st.DurableSeq
+			scrape(&m0)
+		},
+		atEnd:    func() { st := q.Stats(); s1.syncs, s1.durable = st.Syncs, st.DurableSeq },
+		afterEnd: func() { scrape(&m1) },
+	}
+	r, err := drive(ctx, o, mode, clients, url, body, probe)
 	if err != nil {
 		return r, err
 	}
+	r.Roles = roles
 	r.Fsyncs = s1.syncs - s0.syncs
 	r.Hooks = s1.durable - s0.durable
-	if secs := r.Window.Seconds(); secs > 0 {
+	secs := r.Window.Seconds()
+	if secs > 0 {
 		r.FsyncsPerSec = float64(r.Fsyncs) / secs
 	}
 	if r.Fsyncs > 0 {
 		r.MeanGroup = float64(r.Hooks) / float64(r.Fsyncs)
 	}
+	if mode == ModeDual {
+		r.Confirm = time.Duration(o.ConfirmMs) * time.Millisecond
+	}
+	if merr != nil {
+		r.MetricsError = merr.Error()
+		return r, nil
+	}
+	if p, ok := histQuantile(0.5, histDelta(m0, m1, metricSync, nil)); ok {
+		r.FsyncP50 = p
+	}
+	if secs > 0 {
+		ok := map[string]string{"result": "delivered"}
+		r.DeliveredPerSec = max(0, m1.sum(metricDelivery, ok)-m0.sum(metricDelivery, ok)) / secs
+	}
+	if mode == ModeDual {
+		all := histCount(histDelta(m0, m1, metricPublish, nil))
+		okb := histDelta(m0, m1, metricPublish, map[string]string{"outcome": "ok"})
+		r.Publishes = uint64(all)
+		r.PublishFailures = uint64(max(0, all-histCount(okb)))
+		if all > 0 {
+			r.RecsPerPublish = float64(r.Hooks) / all
+		}
+		if p, ok := histQuantile(0.5, okb); ok {
+			r.PublishP50 = p
+		}
+	}
 	return r, nil
 }
 
-// windowProbe is called when the measured window opens and closes.
+// windowProbe is called when the measured window opens (atStart) and
+// closes (atEnd, then afterEnd once the window's CPU is read, so slow work
+// such as a /metrics scrape stays out of the CPU figures; atStart's runs
+// before the window's CPU is first read for the same reason).
 type windowProbe struct {
-	atStart, atEnd func()
+	atStart, atEnd, afterEnd func()
 }
 
 // worker is one closed-loop client's tallies; only its goroutine writes it.
@@ -320,26 +475,29 @@ func drive(ctx context.Context, o *Options, mode Mode, clients int, url string, 
 
 	// The probe's snapshots bracket the same window the workers count in.
 	var probeErr error
-	var actualStart, actualEnd time.Time
+	var actualStart, actualEnd, cpuStart, cpuEnd time.Time
 	var cpu0, cpu1, busy0, busy1 time.Duration
 	cpuOK := false
 	if sleepUntil(ctx, winStart) {
 		actualStart = time.Now()
-		c0, ok0 := processCPU()
-		b0, ok1 := hostBusy()
-		cpu0, busy0 = c0, b0
 		if probe != nil {
 			probe.atStart()
 		}
+		c0, ok0 := processCPU()
+		b0, ok1 := hostBusy()
+		cpu0, busy0, cpuStart = c0, b0, time.Now()
 		if sleepUntil(ctx, winEnd) {
+			actualEnd = time.Now()
 			if probe != nil {
 				probe.atEnd()
 			}
 			c1, ok2 := processCPU()
 			b1, ok3 := hostBusy()
-			cpu1, busy1 = c1, b1
+			cpu1, busy1, cpuEnd = c1, b1, time.Now()
 			cpuOK = ok0 && ok1 && ok2 && ok3
-			actualEnd = time.Now()
+			if probe != nil && probe.afterEnd != nil {
+				probe.afterEnd()
+			}
 		}
 	}
 	wg.Wait()
@@ -351,7 +509,7 @@ func drive(ctx context.Context, o *Options, mode Mode, clients int, url string, 
 	if !actualStart.IsZero() && !actualEnd.IsZero() {
 		r.Window = actualEnd.Sub(actualStart)
 	}
-	if secs := r.Window.Seconds(); cpuOK && secs > 0 {
+	if secs := cpuEnd.Sub(cpuStart).Seconds(); cpuOK && secs > 0 {
 		r.CPU = (cpu1 - cpu0).Seconds() / secs
 		r.OtherCPU = max(0, ((busy1-busy0)-(cpu1-cpu0)).Seconds()/secs)
 	}

@@ -114,3 +114,185 @@ func TestEvaluate(t *testing.T) {
 		t.Errorf("C=512 not run must not pass: %+v", v)
 	}
 }
+
+func TestRunDualSanity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a dual-mode instance with a file-backed intake log under load")
+	}
+	var out bytes.Buffer
+	rs, err := Run(context.Background(), Options{
+		Clients:   []int{4},
+		Duration:  300 * time.Millisecond,
+		Warmup:    50 * time.Millisecond,
+		DataDir:   t.TempDir(),
+		Out:       &out,
+		Modes:     []Mode{ModeDual},
+		ConfirmMs: 1,
+	})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 || rs[0].Mode != ModeNull || rs[1].Mode != ModeDual {
+		t.Fatalf("want [null dual], got %+v", rs)
+	}
+	d := rs[1]
+	if d.OK == 0 || d.Errors != 0 {
+		t.Fatalf("dual: %s", FormatResult(d))
+	}
+	if d.MetricsError != "" || d.Publishes == 0 || d.RecsPerPublish <= 0 || d.FsyncP50 <= 0 || d.PublishP50 < time.Millisecond {
+		t.Errorf("dual: /metrics figures missing or implausible (publish p50 must include the 1 ms confirm): %+v", d)
+	}
+	if d.Confirm != time.Millisecond {
+		t.Errorf("dual: confirm = %s, want 1ms", d.Confirm)
+	}
+	if !strings.Contains(out.String(), "dual  C=4 B=1024") || !strings.Contains(out.String(), "recs/publish=") {
+		t.Errorf("output lacks the dual line:\n%s", out.String())
+	}
+	var sum bytes.Buffer
+	v := PrintSummary(&sum, rs)
+	if v.Failed() {
+		t.Errorf("C=64 was not run: the enforced dual check must be N/A, not failed:\n%s", sum.String())
+	}
+	if !strings.Contains(sum.String(), "dual latency C=64") {
+		t.Errorf("summary lacks the dual check:\n%s", sum.String())
+	}
+}
+
+func TestRunRejectsDualWithoutDispatch(t *testing.T) {
+	_, err := Run(context.Background(), Options{Clients: []int{1}, Modes: []Mode{ModeDual}, Roles: []string{"ingest"}, DataDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "dual requires") {
+		t.Fatalf("err = %v, want a refusal naming dual's roles", err)
+	}
+}
+
+func TestRunE2ESanity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs an instance delivering to an HTTP receiver")
+	}
+	var out bytes.Buffer
+	r, err := RunE2E(context.Background(), E2EOptions{
+		Hooks:   200,
+		Clients: 8,
+		Latency: time.Millisecond,
+		DataDir: t.TempDir(),
+		Timeout: 30 * time.Second,
+		Out:     &out,
+	})
+	PrintE2E(&out, r)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Acked != 200 || r.Errors != 0 {
+		t.Errorf("acked %d, errors %d; want 200, 0", r.Acked, r.Errors)
+	}
+	if r.Missing != 0 || !r.OK() {
+		t.Errorf("missing = %d (timed out %t), want 0", r.Missing, r.TimedOut)
+	}
+	if r.Delivered != 200 || r.Unknown != 0 || !r.Reclaimed {
+		t.Errorf("delivered %d, unknown %d, reclaimed %t", r.Delivered, r.Unknown, r.Reclaimed)
+	}
+	if r.Calls != r.Delivered+r.Duplicates {
+		t.Errorf("calls %d != delivered %d + duplicates %d", r.Calls, r.Delivered, r.Duplicates)
+	}
+	if r.IngestPerSec <= 0 || r.DeliveredPerSec <= 0 || r.Drain < r.IngestTime/2 || r.AckToDeliveryP99 < r.AckToDeliveryP50 {
+		t.Errorf("implausible figures: %+v", r)
+	}
+	if !strings.Contains(out.String(), "missing=0") || !strings.Contains(out.String(), "e2e: PASS") {
+		t.Errorf("output lacks the verdict:\n%s", out.String())
+	}
+}
+
+func TestParseMetricsAndQuantile(t *testing.T) {
+	text := `# HELP x_seconds help
+# TYPE x_seconds histogram
+x_seconds_bucket{le="0.001"} 10
+x_seconds_bucket{le="0.002"} 30
+x_seconds_bucket{le="+Inf"} 40
+x_seconds_sum 0.05
+x_seconds_count 40
+p_seconds_bucket{outcome="ok",le="0.005"} 4
+p_seconds_bucket{outcome="ok",le="+Inf"} 4
+p_seconds_bucket{outcome="unavailable",le="0.005"} 0
+p_seconds_bucket{outcome="unavailable",le="+Inf"} 2
+d_total{result="delivered",sink="a\"b"} 7
+d_total{result="retry",sink="log"} 1
+`
+	end, err := parseMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := end.sum("d_total", map[string]string{"result": "delivered"}); got != 7 {
+		t.Errorf("sum delivered = %v", got)
+	}
+	if got := end.sum("d_total", map[string]string{"sink": `a"b`}); got != 7 {
+		t.Errorf("escaped label: %v", got)
+	}
+	start, _ := parseMetrics(strings.NewReader(`x_seconds_bucket{le="0.001"} 10
+x_seconds_bucket{le="0.002"} 10
+x_seconds_bucket{le="+Inf"} 10
+`))
+	d := histDelta(start, end, "x_seconds", nil)
+	if histCount(d) != 30 {
+		t.Fatalf("delta count = %v, want 30: %+v", histCount(d), d)
+	}
+	// 30 new observations: 0 in (0, 1ms], 20 in (1, 2ms], 10 above. The
+	// median (rank 15) is 3/4 into (1, 2ms].
+	if p, ok := histQuantile(0.5, d); !ok || p != 1750*time.Microsecond {
+		t.Errorf("p50 = %s %t, want 1.75ms", p, ok)
+	}
+	if p, ok := histQuantile(0.99, d); !ok || p != 2*time.Millisecond {
+		t.Errorf("p99 in +Inf = %s %t, want the highest finite bound 2ms", p, ok)
+	}
+	if _, ok := histQuantile(0.5, histDelta(end, end, "x_seconds", nil)); ok {
+		t.Error("an empty histogram has no quantile")
+	}
+	if got := histCount(end.buckets("p_seconds", nil)); got != 6 {
+		t.Errorf("all outcomes = %v, want 6", got)
+	}
+	if got := histCount(end.buckets("p_seconds", map[string]string{"outcome": "ok"})); got != 4 {
+		t.Errorf("ok = %v, want 4", got)
+	}
+}
+
+func TestEvaluateDual(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	rs := []Result{
+		{Mode: ModeNull, Clients: 64, BodyBytes: 1024, ReqPerSec: 1000, OK: 1, P99: time.Millisecond},
+		{Mode: ModeDisk, Clients: 64, BodyBytes: 1024, ReqPerSec: 500, OK: 1, P99: 10 * time.Millisecond},
+		{Mode: ModeDual, Clients: 64, BodyBytes: 1024, ReqPerSec: 400, OK: 1, P50: ms(10), FsyncP50: ms(1), Confirm: ms(5)},
+	}
+	find := func(v Verdict, name string) Check {
+		for _, c := range v.Checks {
+			if strings.HasPrefix(c.Name, name) {
+				return c
+			}
+		}
+		t.Fatalf("no check %q in %+v", name, v)
+		return Check{}
+	}
+	v := Evaluate(rs)
+	if c := find(v, "dual latency"); !c.Measured || !c.Pass || c.Kind != KindEnforced || v.Failed() {
+		t.Errorf("p50 10ms = max(1, 5) + 5 must pass: %+v", c)
+	}
+	if c := find(v, "dual p50"); !c.Measured || c.Pass || c.Kind != KindGoal {
+		t.Errorf("p50 10ms > 7ms goal must miss: %+v", c)
+	}
+	rs[2].P50 = ms(10.1)
+	if v := Evaluate(rs); !v.Failed() || v.Pass() {
+		t.Errorf("p50 10.1ms must fail the enforced check: %+v", v)
+	}
+	rs[2].FsyncP50 = ms(6) // the fsync, not the confirm, sets the bound
+	if v := Evaluate(rs); v.Failed() {
+		t.Errorf("bound max(6, 5) + 5 = 11ms must pass 10.1ms: %+v", v)
+	}
+	rs[2].Clients = 32 // C=64 not run: never a failure, N/A under -gate
+	if v := Evaluate(rs); v.Failed() || find(v, "dual latency").Measured {
+		t.Errorf("dual at C=32 only must leave the enforced check unmeasured: %+v", v)
+	}
+	// No dual result: no dual check at all.
+	if v := Evaluate(rs[:2]); len(v.Checks) != 2 {
+		t.Errorf("disk-only results must carry the two disk targets only: %+v", v)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 )
@@ -28,9 +29,40 @@ const NoisyOtherCPU = 0.2
 // TargetLine echoes the targets as the issue states them.
 const TargetLine = "target: disk >= 0.6x null at C=512,B=1KiB; p99 < 50 ms at C=64"
 
+// The dual-commit check and goals of its issue. At DualLatencyClients the
+// dual p50 must not exceed max(fsync p50, confirm) + DualLatencySlack: the
+// command fails whenever that level is measured in dual mode. The rest are
+// goals, reported but never enforced.
+const (
+	DualLatencyClients = 64
+	DualLatencySlack   = 5 * time.Millisecond
+	DualGoalSlack      = 2 * time.Millisecond
+	DualGoalRatio      = 0.8
+	DualGoalClients    = 512
+	DualGoalReqPerSec  = 10_000
+)
+
+// DualLine echoes the dual check and goals.
+const DualLine = "dual: p50 <= max(fsync p50, confirm) + 5 ms at C=64 (enforced whenever dual runs at C=64); " +
+	"goals: dual >= 0.8x disk at C=512, dual >= 10000 req/s at 1 KiB, p50 <= max(fsync p50, confirm) + 2 ms at C=64"
+
+// Kind says what a check's outcome does to the command.
+type Kind int
+
+const (
+	// KindTarget fails the command only under -gate (a miss, or not measured).
+	KindTarget Kind = iota
+	// KindEnforced fails the command whenever it was measured and missed;
+	// under -gate also when not measured.
+	KindEnforced
+	// KindGoal is informational: it never fails the command.
+	KindGoal
+)
+
 // Check is one target's outcome.
 type Check struct {
 	Name     string
+	Kind     Kind
 	Measured bool // false when the run did not include the needed level
 	Pass     bool
 	Detail   string
@@ -41,24 +73,42 @@ type Verdict struct {
 	Checks []Check
 }
 
-// Pass reports whether every target was measured and met.
+// Pass reports whether every target and enforced check was measured and
+// met (goals do not count).
 func (v Verdict) Pass() bool {
+	n := 0
 	for _, c := range v.Checks {
+		if c.Kind == KindGoal {
+			continue
+		}
+		n++
 		if !c.Measured || !c.Pass {
 			return false
 		}
 	}
-	return len(v.Checks) > 0
+	return n > 0
 }
 
-// Measured reports whether every target's level was run.
+// Measured reports whether every target's level was run (goals do not
+// count).
 func (v Verdict) Measured() bool {
 	for _, c := range v.Checks {
-		if !c.Measured {
+		if c.Kind != KindGoal && !c.Measured {
 			return false
 		}
 	}
 	return true
+}
+
+// Failed reports whether an enforced check was measured and missed: the
+// command exits non-zero then, -gate or not.
+func (v Verdict) Failed() bool {
+	for _, c := range v.Checks {
+		if c.Kind == KindEnforced && c.Measured && !c.Pass {
+			return true
+		}
+	}
+	return false
 }
 
 // find returns the result for (mode, clients) at the target body size.
@@ -74,23 +124,42 @@ func find(rs []Result, mode Mode, clients int) (Result, bool) {
 // Ratio is disk req/s over null req/s at one level; ok is false when either
 // is missing or the null run had no throughput.
 func Ratio(rs []Result, clients, bodyBytes int) (float64, bool) {
-	var d, n *Result
+	return ModeRatio(rs, ModeDisk, ModeNull, clients, bodyBytes)
+}
+
+// ModeRatio is num's req/s over den's at one level; ok is false when either
+// is missing or den had no throughput.
+func ModeRatio(rs []Result, num, den Mode, clients, bodyBytes int) (float64, bool) {
+	var a, b *Result
 	for i := range rs {
 		r := &rs[i]
 		if r.Clients != clients || r.BodyBytes != bodyBytes {
 			continue
 		}
 		switch r.Mode {
-		case ModeDisk:
-			d = r
-		case ModeNull:
-			n = r
+		case num:
+			a = r
+		case den:
+			b = r
 		}
 	}
-	if d == nil || n == nil || n.ReqPerSec <= 0 {
+	if a == nil || b == nil || b.ReqPerSec <= 0 {
 		return 0, false
 	}
-	return d.ReqPerSec / n.ReqPerSec, true
+	return a.ReqPerSec / b.ReqPerSec, true
+}
+
+// DualBound is max(fsync p50, confirm) + slack for a dual result.
+func DualBound(r Result, slack time.Duration) time.Duration {
+	return max(r.FsyncP50, r.Confirm) + slack
+}
+
+// rolesNote names non-default roles, e.g. " (roles=ingest)".
+func rolesNote(r Result) string {
+	if len(r.Roles) == 0 || hasDispatch(r.Roles) {
+		return ""
+	}
+	return " (roles=" + strings.Join(r.Roles, ",") + ")"
 }
 
 // Evaluate checks the results against the targets. A target whose level or
@@ -104,7 +173,7 @@ func Evaluate(rs []Result) Verdict {
 		n, _ := find(rs, ModeNull, TargetRatioClients)
 		thr.Measured = true
 		thr.Pass = ratio >= TargetRatio && d.Errors == 0
-		thr.Detail = fmt.Sprintf("disk/null = %.0f/%.0f req/s = %.2fx (need >= %.2fx)", d.ReqPerSec, n.ReqPerSec, ratio, TargetRatio)
+		thr.Detail = fmt.Sprintf("disk/null = %.0f/%.0f req/s = %.2fx (need >= %.2fx)%s", d.ReqPerSec, n.ReqPerSec, ratio, TargetRatio, rolesNote(d))
 		if d.Errors != 0 {
 			thr.Detail += fmt.Sprintf(", disk errors=%d", d.Errors)
 		}
@@ -117,7 +186,7 @@ func Evaluate(rs []Result) Verdict {
 	if d, ok := find(rs, ModeDisk, TargetP99Clients); ok && d.OK > 0 {
 		lat.Measured = true
 		lat.Pass = d.P99 < TargetP99 && d.Errors == 0
-		lat.Detail = fmt.Sprintf("disk p99 = %s (need < %s)", fmtDur(d.P99), fmtDur(TargetP99))
+		lat.Detail = fmt.Sprintf("disk p99 = %s (need < %s)%s", fmtDur(d.P99), fmtDur(TargetP99), rolesNote(d))
 		if d.Errors != 0 {
 			lat.Detail += fmt.Sprintf(", disk errors=%d", d.Errors)
 		}
@@ -125,21 +194,113 @@ func Evaluate(rs []Result) Verdict {
 		lat.Detail = fmt.Sprintf("not measured (run with -c including %d and -b %d)", TargetP99Clients, TargetBodyBytes)
 	}
 	v.Checks = append(v.Checks, lat)
+
+	if slices.ContainsFunc(rs, func(r Result) bool { return r.Mode == ModeDual }) {
+		v.Checks = append(v.Checks, evaluateDual(rs)...)
+	}
 	return v
+}
+
+// evaluateDual checks the dual results: the enforced latency bound at
+// C=64 and the informational goals.
+func evaluateDual(rs []Result) []Check {
+	var out []Check
+	d64, have64 := find(rs, ModeDual, DualLatencyClients)
+	have64 = have64 && d64.OK > 0
+
+	lat := Check{Name: fmt.Sprintf("dual latency C=%d B=%d", DualLatencyClients, TargetBodyBytes), Kind: KindEnforced}
+	if have64 {
+		lat.Measured = true
+		bound := DualBound(d64, DualLatencySlack)
+		lat.Pass = d64.P50 <= bound && d64.Errors == 0 && d64.MetricsError == ""
+		lat.Detail = fmt.Sprintf("dual p50 = %s, bound max(fsync p50 ~%s, confirm %s) + %s = %s",
+			fmtDur(d64.P50), fmtDur(d64.FsyncP50), fmtDur(d64.Confirm), fmtDur(DualLatencySlack), fmtDur(bound))
+		if d64.MetricsError != "" {
+			lat.Detail += ", fsync p50 unknown: " + d64.MetricsError
+		}
+		if d64.Errors != 0 {
+			lat.Detail += fmt.Sprintf(", dual errors=%d", d64.Errors)
+		}
+	} else {
+		lat.Detail = fmt.Sprintf("not measured (run with -c including %d and -b %d)", DualLatencyClients, TargetBodyBytes)
+	}
+	out = append(out, lat)
+
+	ratio := Check{Name: fmt.Sprintf("dual/disk C=%d B=%d", DualGoalClients, TargetBodyBytes), Kind: KindGoal}
+	if x, ok := ModeRatio(rs, ModeDual, ModeDisk, DualGoalClients, TargetBodyBytes); ok {
+		d, _ := find(rs, ModeDual, DualGoalClients)
+		k, _ := find(rs, ModeDisk, DualGoalClients)
+		ratio.Measured = true
+		ratio.Pass = x >= DualGoalRatio && d.Errors == 0
+		ratio.Detail = fmt.Sprintf("dual/disk = %.0f/%.0f req/s = %.2fx (goal >= %.1fx)%s", d.ReqPerSec, k.ReqPerSec, x, DualGoalRatio, rolesNote(k))
+	} else {
+		ratio.Detail = fmt.Sprintf("not measured (run -mode disk,dual with -c including %d and -b %d)", DualGoalClients, TargetBodyBytes)
+	}
+	out = append(out, ratio)
+
+	thr := Check{Name: fmt.Sprintf("dual req/s B=%d", TargetBodyBytes), Kind: KindGoal}
+	var best *Result
+	for i := range rs {
+		r := &rs[i]
+		if r.Mode == ModeDual && r.BodyBytes == TargetBodyBytes && (best == nil || r.ReqPerSec > best.ReqPerSec) {
+			best = r
+		}
+	}
+	if best != nil {
+		thr.Measured = true
+		thr.Pass = best.ReqPerSec >= DualGoalReqPerSec && best.Errors == 0
+		thr.Detail = fmt.Sprintf("best dual = %.0f req/s at C=%d (goal >= %d)", best.ReqPerSec, best.Clients, DualGoalReqPerSec)
+	} else {
+		thr.Detail = fmt.Sprintf("not measured (run with -b %d)", TargetBodyBytes)
+	}
+	out = append(out, thr)
+
+	tight := Check{Name: fmt.Sprintf("dual p50 C=%d B=%d", DualLatencyClients, TargetBodyBytes), Kind: KindGoal}
+	if have64 && d64.MetricsError == "" {
+		bound := DualBound(d64, DualGoalSlack)
+		tight.Measured = true
+		tight.Pass = d64.P50 <= bound && d64.Errors == 0
+		tight.Detail = fmt.Sprintf("dual p50 = %s (goal <= max(fsync p50, confirm) + %s = %s)", fmtDur(d64.P50), fmtDur(DualGoalSlack), fmtDur(bound))
+	} else {
+		tight.Detail = fmt.Sprintf("not measured (run with -c including %d and -b %d)", DualLatencyClients, TargetBodyBytes)
+	}
+	out = append(out, tight)
+	return out
 }
 
 // FormatResult is the one-line form of a result, e.g.
 //
-//	disk  C=512 B=1024  req/s=12345  p50=3.1ms  p99=12.4ms  fsyncs/s=400  mean_group=30.8  errors=0  cpu=1.55 other_cpu=0.02 cpu/req=107us
+//	disk  C=512 B=1024  req/s=12345  p50=3.1ms  p99=12.4ms  fsyncs/s=400  mean_group=30.8  fsync_p50~0.42ms  delivered/s=12300  errors=0  cpu=1.55 other_cpu=0.02 cpu/req=107us
+//	dual  C=64 B=1024  req/s=...  fsyncs/s=...  mean_group=...  fsync_p50~...  recs/publish=12.3 publish_p50~6.1ms confirm=5ms  delivered/s=...  errors=0 ...
 //
 // cpu is the cores this process used during the window, other_cpu the host
 // CPU used by anything else (a disturbed run), cpu/req the process CPU per
-// 201 (load generator included, so comparable only between modes).
+// 201 (load generator included, so comparable only between modes). A "~"
+// marks an estimate from histogram buckets.
 func FormatResult(r Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-4s  C=%d B=%d  req/s=%.0f  p50=%s  p99=%s", r.Mode, r.Clients, r.BodyBytes, r.ReqPerSec, fmtDur(r.P50), fmtDur(r.P99))
-	if r.Mode == ModeDisk {
+	fmt.Fprintf(&b, "%-4s  C=%d B=%d", r.Mode, r.Clients, r.BodyBytes)
+	if note := rolesNote(r); note != "" {
+		fmt.Fprintf(&b, " roles=%s", strings.Join(r.Roles, ","))
+	}
+	fmt.Fprintf(&b, "  req/s=%.0f  p50=%s  p99=%s", r.ReqPerSec, fmtDur(r.P50), fmtDur(r.P99))
+	if r.Mode != ModeNull {
 		fmt.Fprintf(&b, "  fsyncs/s=%.0f  mean_group=%.1f", r.FsyncsPerSec, r.MeanGroup)
+		if r.MetricsError == "" {
+			fmt.Fprintf(&b, "  fsync_p50~%s", fmtDur(r.FsyncP50))
+		}
+		if r.Mode == ModeDual {
+			if r.MetricsError == "" {
+				fmt.Fprintf(&b, "  recs/publish=%.1f publish_p50~%s", r.RecsPerPublish, fmtDur(r.PublishP50))
+				if r.PublishFailures > 0 {
+					fmt.Fprintf(&b, " publish_failures=%d", r.PublishFailures)
+				}
+			}
+			fmt.Fprintf(&b, " confirm=%s", fmtDur(r.Confirm))
+		}
+		if r.MetricsError == "" && hasDispatch(r.Roles) {
+			fmt.Fprintf(&b, "  delivered/s=%.0f", r.DeliveredPerSec)
+		}
 	}
 	fmt.Fprintf(&b, "  errors=%d", r.Errors)
 	if r.CPU >= 0 {
@@ -160,6 +321,9 @@ func FormatResult(r Result) string {
 		if r.FirstError != "" {
 			fmt.Fprintf(&b, " first: %s", r.FirstError)
 		}
+	}
+	if r.MetricsError != "" {
+		fmt.Fprintf(&b, "  (no /metrics figures: %s)", r.MetricsError)
 	}
 	return b.String()
 }
@@ -182,16 +346,33 @@ func PrintSummary(w io.Writer, rs []Result) Verdict {
 			continue
 		}
 		seen[k] = true
+		suffix := ""
+		if r.BodyBytes != TargetBodyBytes {
+			suffix = fmt.Sprintf(" B=%d", r.BodyBytes)
+		}
 		if ratio, ok := Ratio(rs, r.Clients, r.BodyBytes); ok {
-			suffix := ""
-			if r.BodyBytes != TargetBodyBytes {
-				suffix = fmt.Sprintf(" B=%d", r.BodyBytes)
+			note := ""
+			if d, ok := find(rs, ModeDisk, r.Clients); ok {
+				note = rolesNote(d)
 			}
-			fmt.Fprintf(w, "ratio disk/null C=%d%s: %.2fx\n", r.Clients, suffix, ratio)
+			fmt.Fprintf(w, "ratio disk/null C=%d%s: %.2fx%s\n", r.Clients, suffix, ratio, note)
+		}
+		if ratio, ok := ModeRatio(rs, ModeDual, ModeDisk, r.Clients, r.BodyBytes); ok {
+			fmt.Fprintf(w, "ratio dual/disk C=%d%s: %.2fx", r.Clients, suffix, ratio)
+			if rn, ok := ModeRatio(rs, ModeDual, ModeNull, r.Clients, r.BodyBytes); ok {
+				fmt.Fprintf(w, " (dual/null %.2fx)", rn)
+			}
+			fmt.Fprintln(w)
+		} else if rn, ok := ModeRatio(rs, ModeDual, ModeNull, r.Clients, r.BodyBytes); ok {
+			fmt.Fprintf(w, "ratio dual/null C=%d%s: %.2fx\n", r.Clients, suffix, rn)
 		}
 	}
 	if d, ok := find(rs, ModeDisk, TargetP99Clients); ok {
 		fmt.Fprintf(w, "p99 disk C=%d: %s (p50 %s, max %s)\n", TargetP99Clients, fmtDur(d.P99), fmtDur(d.P50), fmtDur(d.Max))
+	}
+	if d, ok := find(rs, ModeDual, DualLatencyClients); ok {
+		fmt.Fprintf(w, "p50 dual C=%d: %s (p99 %s, max %s; fsync p50 ~%s, publish p50 ~%s, confirm %s)\n", DualLatencyClients,
+			fmtDur(d.P50), fmtDur(d.P99), fmtDur(d.Max), fmtDur(d.FsyncP50), fmtDur(d.PublishP50), fmtDur(d.Confirm))
 	}
 	var noisy []string
 	for _, r := range rs {
@@ -204,33 +385,64 @@ func PrintSummary(w io.Writer, rs []Result) Verdict {
 	}
 	v := Evaluate(rs)
 	fmt.Fprintln(w, TargetLine)
+	dualShown := false
 	for _, c := range v.Checks {
+		if c.Kind != KindTarget && !dualShown {
+			fmt.Fprintln(w, DualLine)
+			dualShown = true
+		}
 		mark := "MISS"
 		switch {
 		case !c.Measured:
 			mark = "N/A "
 		case c.Pass:
 			mark = "PASS"
+		case c.Kind == KindEnforced:
+			mark = "FAIL"
 		}
-		fmt.Fprintf(w, "  %s  %s: %s\n", mark, c.Name, c.Detail)
+		name := c.Name
+		switch c.Kind {
+		case KindEnforced:
+			name += " (enforced)"
+		case KindGoal:
+			name = "goal " + name
+		}
+		fmt.Fprintf(w, "  %s  %s: %s\n", mark, name, c.Detail)
 	}
 	overall := "MISS"
 	switch {
 	case v.Pass():
 		overall = "PASS"
+	case v.Failed():
+		overall = "FAIL (an enforced check was missed: the command exits 1)"
 	case !v.Measured():
 		overall = "MISS (not every target was measured)"
 	}
-	fmt.Fprintf(w, "overall: %s\n", overall)
+	fmt.Fprintf(w, "overall: %s (goals are informational)\n", overall)
 	return v
 }
 
 func printHeader(w io.Writer, o *Options, root string) {
-	fmt.Fprintf(w, "ankusa bench: closed loop, %s warmup + %s window per run; order per C: null, then disk\n", o.Warmup, o.Duration)
+	order := []string{string(ModeNull)}
+	for _, m := range o.Modes {
+		order = append(order, string(m))
+	}
+	fmt.Fprintf(w, "ankusa bench: closed loop, %s warmup + %s window per run; order per C: %s\n", o.Warmup, o.Duration, strings.Join(order, ", "))
 	fmt.Fprintf(w, "%s %s/%s  NumCPU=%d GOMAXPROCS=%d  load generator in-process (shares the CPUs with the server)\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	fs := dataDirFS(root)
-	fmt.Fprintf(w, "disk data dir: %s (%s), a fresh store per run, default config (wal.type=disk)\n", absOr(root), fs)
+	fmt.Fprintf(w, "data dir: %s (%s), a fresh store per run, default config (demo source, log sink)\n", absOr(root), fs)
+	if slices.Contains(o.Modes, ModeDisk) {
+		fmt.Fprintf(w, "disk: wal.type=disk, node.roles=%s", strings.Join(o.Roles, ","))
+		if !hasDispatch(o.Roles) {
+			fmt.Fprint(w, " (no dispatcher: hooks stay in the store)")
+		}
+		fmt.Fprintln(w)
+	}
+	if slices.Contains(o.Modes, ModeDual) {
+		fmt.Fprintf(w, "dual: wal.type=dual, intake.type=memory (TEST ONLY: a file-backed log on the same disk, fsynced per publish), confirm latency %d ms, node.roles=%s\n",
+			o.ConfirmMs, strings.Join(DefaultRoles, ","))
+	}
 	if fs == "tmpfs" || fs == "ramfs" {
 		fmt.Fprintln(w, "WARNING: the data dir is in memory; fsync costs nothing there and disk figures are meaningless. Use -dir on a real disk.")
 	}

@@ -2,9 +2,12 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/ankusa/ankusa/internal/verify"
 )
 
 // Defaults of the scalar keys. They live here, once, so Default(), the
@@ -35,6 +38,17 @@ const (
 	defaultSweepBatch     = 1_000
 	defaultVerifyType     = "none"
 	defaultDedupeTTL      = 259_200
+
+	// Verification (CONTRACTS "Verification"). The tolerance is the
+	// engine's own default, written out so /v1/config shows it.
+	defaultToleranceSeconds = verify.DefaultToleranceSeconds
+	defaultOnVerifyFailure  = OnVerifyFailureReject
+
+	defaultQuarantineMaxBytes = 1 << 30
+	defaultQuarantineRate     = 20.0
+	defaultQuarantineBurst    = 100
+
+	defaultSourceStoreType = SourceStoreStatic
 
 	defaultConcurrency       = 32
 	defaultMaxInflight       = 1_000
@@ -155,6 +169,15 @@ func applyDefaults(c *Config, given func(key string) bool) {
 	def(given, "retry.max_ms", &r.MaxMs, defaultRetryMaxMs)
 	def(given, "retry.max_attempts", &r.MaxAttempts, defaultRetryMaxAttempts)
 
+	q := &c.Quarantine
+	def(given, "quarantine.max_bytes", &q.MaxBytes, defaultQuarantineMaxBytes)
+	def(given, "quarantine.rate", &q.Rate, defaultQuarantineRate)
+	def(given, "quarantine.burst", &q.Burst, defaultQuarantineBurst)
+
+	applyRateLimitDefaults(&c.RateLimits, given)
+
+	def(given, "source_store.type", &c.SourceStore.Type, defaultSourceStoreType)
+
 	ids := make([]string, 0, len(c.Sources))
 	for id := range c.Sources {
 		ids = append(ids, id)
@@ -164,6 +187,10 @@ func applyDefaults(c *Config, given func(key string) bool) {
 		s := c.Sources[id]
 		p := "sources." + id
 		def(given, p+".verify.type", &s.Verify.Type, defaultVerifyType)
+		if !given(p + ".verify.tolerance_seconds") {
+			s.Verify.ToleranceSeconds = new(defaultToleranceSeconds)
+		}
+		def(given, p+".on_verify_failure", &s.OnVerifyFailure, defaultOnVerifyFailure)
 		if s.Dedupe != nil {
 			def(given, p+".dedupe.ttl_seconds", &s.Dedupe.TTLSeconds, defaultDedupeTTL)
 		}
@@ -187,6 +214,34 @@ func applyDefaults(c *Config, given func(key string) bool) {
 			}
 		}
 		c.Sources[id] = s
+	}
+}
+
+// applyRateLimitDefaults gives every written limit without a burst one
+// second's worth of requests. There is no default limit: none is unlimited.
+func applyRateLimitDefaults(r *RateLimitsConfig, given func(string) bool) {
+	if d := r.Default; d != nil && !given("rate_limits.default.burst") {
+		d.Burst = defaultBurst(d.Rate)
+	}
+	for _, t := range sortedKeys(r.Tenants) {
+		l := r.Tenants[t]
+		if !given("rate_limits.tenants." + t + ".burst") {
+			l.Burst = defaultBurst(l.Rate)
+			r.Tenants[t] = l
+		}
+	}
+}
+
+// defaultBurst is one second's worth at rate, max(1, ceil(rate)), kept in
+// burst's range so that a bad rate is the only thing reported.
+func defaultBurst(rate float64) int {
+	switch {
+	case !(rate > 1): // NaN and rates refused by Validate included
+		return 1
+	case rate >= maxRateLimitBurst:
+		return maxRateLimitBurst
+	default:
+		return int(math.Ceil(rate))
 	}
 }
 

@@ -136,6 +136,11 @@ func checkShape(node any, t reflect.Type, path string, present map[string]bool, 
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if t == reflect.TypeFor[StringList]() {
+		if s, ok := node.(string); ok {
+			node = []any{s} // one string is a one-element list
+		}
+	}
 	bad := func(want string) {
 		key := path
 		if key == "" {
@@ -179,7 +184,11 @@ func checkShape(node any, t reflect.Type, path string, present map[string]bool, 
 	case reflect.Slice:
 		l, ok := node.([]any)
 		if !ok {
-			bad("a list")
+			if t == reflect.TypeFor[StringList]() {
+				bad("a string or a list of strings (put it in quotes)")
+			} else {
+				bad("a list")
+			}
 			return
 		}
 		for i, el := range l {
@@ -222,6 +231,17 @@ func checkShape(node any, t reflect.Type, path string, present map[string]bool, 
 		}
 		if reflect.Zero(t).OverflowInt(v) {
 			bad("an integer that fits")
+		}
+	case reflect.Float32, reflect.Float64:
+		switch n := node.(type) {
+		case float64:
+			// .nan and .inf are YAML floats too; no key wants them.
+			if math.IsNaN(n) || math.IsInf(n, 0) {
+				bad("a finite number")
+			}
+		case uint64, int64, int:
+		default:
+			bad("a number")
 		}
 	}
 }

@@ -33,6 +33,20 @@ func shownInClear() []string {
 		"dedupe.scope",
 		"sources.*.tenant",
 		"sources.*.verify.type",
+		// The scheme's shape: header names, templates, enums. Only the
+		// secret (not listed) is hidden.
+		"sources.*.verify.signature_header",
+		"sources.*.verify.parse",
+		"sources.*.verify.sig_prefix",
+		"sources.*.verify.sig_key",
+		"sources.*.verify.timestamp_key",
+		"sources.*.verify.signed",
+		"sources.*.verify.hash",
+		"sources.*.verify.encoding",
+		"sources.*.verify.secret_decode",
+		"sources.*.verify.timestamp_header",
+		"sources.*.on_verify_failure",
+		"source_store.type",
 		"sources.*.dedupe.preset",
 		"sources.*.dedupe.header",
 		"sources.*.dedupe.json",
@@ -68,6 +82,10 @@ func shownAs() map[string]func(string) string {
 		"sources.*.sinks[].http.url":     redactTokenURL,
 		"sources.*.sinks[].rabbitmq.url": redactURLStrict,
 		"sources.*.sinks[].nats.url":     redactNATSURLs,
+		// A template such as v0:{ts}:{body} parses as a URL with scheme
+		// v0; nothing here is a URL, so it is shown as written.
+		"sources.*.verify.signed":     asIs,
+		"sources.*.verify.sig_prefix": asIs,
 	}
 }
 
@@ -147,6 +165,8 @@ func matchPath(pattern, path []string) bool {
 	}
 	return true
 }
+
+func asIs(s string) string { return s }
 
 // redactURL hides the password and every query value of an absolute URL and
 // returns anything else unchanged.

@@ -5,20 +5,92 @@
 // (validate.go). Unknown keys are refused by the loader.
 package config
 
+import (
+	"slices"
+
+	"github.com/ankusa/ankusa/internal/verify"
+)
+
 // Config is the whole effective configuration of one instance.
 type Config struct {
-	Node     NodeConfig              `yaml:"node" json:"node"`
-	HTTP     HTTPConfig              `yaml:"http" json:"http"`
-	Admin    AdminConfig             `yaml:"admin" json:"admin"`
-	Log      LogConfig               `yaml:"log" json:"log"`
-	Batcher  BatcherConfig           `yaml:"batcher" json:"batcher"`
-	WAL      WALConfig               `yaml:"wal" json:"wal"`
-	Dedupe   DedupeConfig            `yaml:"dedupe" json:"dedupe"`
-	Intake   IntakeConfig            `yaml:"intake" json:"intake"`
-	Dispatch DispatchConfig          `yaml:"dispatch" json:"dispatch"`
-	Retry    RetryConfig             `yaml:"retry" json:"retry"`
-	Sources  map[string]SourceConfig `yaml:"sources" json:"sources"`
+	Node     NodeConfig     `yaml:"node" json:"node"`
+	HTTP     HTTPConfig     `yaml:"http" json:"http"`
+	Admin    AdminConfig    `yaml:"admin" json:"admin"`
+	Log      LogConfig      `yaml:"log" json:"log"`
+	Batcher  BatcherConfig  `yaml:"batcher" json:"batcher"`
+	WAL      WALConfig      `yaml:"wal" json:"wal"`
+	Dedupe   DedupeConfig   `yaml:"dedupe" json:"dedupe"`
+	Intake   IntakeConfig   `yaml:"intake" json:"intake"`
+	Dispatch DispatchConfig `yaml:"dispatch" json:"dispatch"`
+	Retry    RetryConfig    `yaml:"retry" json:"retry"`
+	// Quarantine bounds the pen of hooks that failed verification on a
+	// source with on_verify_failure: quarantine.
+	Quarantine QuarantineConfig `yaml:"quarantine" json:"quarantine"`
+	// RateLimits bounds the ingest rate per tenant. Absent: unlimited.
+	RateLimits RateLimitsConfig `yaml:"rate_limits" json:"rate_limits"`
+	// SourceStore says where sources come from besides this file.
+	SourceStore SourceStoreConfig       `yaml:"source_store" json:"source_store"`
+	Sources     map[string]SourceConfig `yaml:"sources" json:"sources"`
 }
+
+// QuarantineConfig bounds the quarantine pen (CONTRACTS "Verification").
+type QuarantineConfig struct {
+	// MaxBytes bounds the bodies held in quarantine, node-wide; past it a
+	// hook that would be quarantined is answered 503 quarantine_full.
+	// Default 1 GiB, 1 MiB..1 TiB.
+	MaxBytes int64 `yaml:"max_bytes" json:"max_bytes"`
+	// Rate refills each source's quarantine token bucket, per second;
+	// beyond it 429 quarantine_rate_limited. Default 20, 0.1..10_000.
+	Rate float64 `yaml:"rate" json:"rate"`
+	// Burst is the size of that bucket. Default 100, 1..100_000.
+	Burst int `yaml:"burst" json:"burst"`
+}
+
+// RateLimitsConfig bounds accepted requests per tenant with token buckets
+// (429 rate_limited). A tenant with an entry in Tenants uses it; any other
+// tenant uses Default; with no Default it is unlimited. Use For.
+type RateLimitsConfig struct {
+	// Default is every other tenant's limit, each tenant with a bucket of
+	// its own. nil: unlimited.
+	Default *RateLimit `yaml:"default" json:"default,omitempty"`
+	// Tenants maps a tenant id ([A-Za-z0-9_-]{1,64}) to its own limit.
+	Tenants map[string]RateLimit `yaml:"tenants" json:"tenants,omitempty"`
+}
+
+// RateLimit is one token bucket.
+type RateLimit struct {
+	// Rate is the refill, in requests per second. Required, 0.01..1_000_000.
+	Rate float64 `yaml:"rate" json:"rate"`
+	// Burst is the bucket size. Default: one second's worth,
+	// max(1, ceil(rate)); 1..10_000_000.
+	Burst int `yaml:"burst" json:"burst"`
+}
+
+// For returns the limit of tenant: its own entry, else the default. ok is
+// false when the tenant is unlimited.
+func (r RateLimitsConfig) For(tenant string) (limit RateLimit, ok bool) {
+	if l, found := r.Tenants[tenant]; found {
+		return l, true
+	}
+	if r.Default != nil {
+		return *r.Default, true
+	}
+	return RateLimit{}, false
+}
+
+// SourceStoreConfig says where sources are defined.
+type SourceStoreConfig struct {
+	// Type: static (default; sources come from this file only) | persistent
+	// (the operator API may also add sources, kept in the node's store;
+	// sources may then be empty).
+	Type string `yaml:"type" json:"type"`
+}
+
+// Source store types.
+const (
+	SourceStoreStatic     = "static"
+	SourceStorePersistent = "persistent"
+)
 
 // IntakeConfig is the replicated intake log of wal.type: dual (ADR DUR-1
 // section 11). Every key but Type and NodeID has a default; the block is
@@ -164,18 +236,122 @@ type DedupeConfig struct {
 // SourceConfig is one catch URL.
 type SourceConfig struct {
 	// Tenant is used when the URL names none. Default "" (then "default").
-	Tenant string        `yaml:"tenant" json:"tenant"`
-	Verify VerifyConfig  `yaml:"verify" json:"verify"`
-	Dedupe *SourceDedupe `yaml:"dedupe" json:"dedupe,omitempty"`
+	Tenant string       `yaml:"tenant" json:"tenant"`
+	Verify VerifyConfig `yaml:"verify" json:"verify"`
+	// OnVerifyFailure: reject (default; 401, nothing stored) | quarantine
+	// (202, held in the quarantine pen) | accept_flag (committed with
+	// flagged: true, no dedupe key). "" means reject (for configs built in
+	// Go); use VerifyFailurePolicy. Only reject is allowed under verify
+	// type none, where nothing fails.
+	OnVerifyFailure string        `yaml:"on_verify_failure" json:"on_verify_failure"`
+	Dedupe          *SourceDedupe `yaml:"dedupe" json:"dedupe,omitempty"`
 	// Sinks: at least one.
 	Sinks []SinkConfig `yaml:"sinks" json:"sinks"`
 }
 
-// VerifyConfig is the signature scheme of a source. Only "none" exists until
-// verification ships; Secret is kept here so redaction is exercised.
+// On-verify-failure policies (SourceConfig.OnVerifyFailure).
+const (
+	OnVerifyFailureReject     = "reject"
+	OnVerifyFailureQuarantine = "quarantine"
+	OnVerifyFailureAcceptFlag = "accept_flag"
+)
+
+// VerifyFailurePolicy is OnVerifyFailure with "" read as reject.
+func (s SourceConfig) VerifyFailurePolicy() string {
+	if s.OnVerifyFailure == "" {
+		return OnVerifyFailureReject
+	}
+	return s.OnVerifyFailure
+}
+
+// VerifyConfig is the signature scheme of a source: the YAML of
+// verify.Spec (see Spec). Validate builds the verifier once to check it, so
+// a loaded config always yields one.
 type VerifyConfig struct {
-	Type   string   `yaml:"type" json:"type"` // default "none"
-	Secret []string `yaml:"secret" json:"secret,omitempty"`
+	// Type: none (default) | stripe | github | standard_webhooks | shopify |
+	// slack | hmac (verify.Types()).
+	Type string `yaml:"type" json:"type"`
+	// Secret: newest first, 1..8 entries, required unless type is none (and
+	// refused there). YAML takes a single string or a list.
+	Secret StringList `yaml:"secret" json:"secret,omitempty"`
+	// ToleranceSeconds bounds |now - timestamp| on timestamped schemes
+	// (stripe, slack, standard_webhooks, hmac with a timestamp). Default
+	// 300, 1..86_400. nil (a config built in Go) means the default.
+	ToleranceSeconds *int `yaml:"tolerance_seconds" json:"tolerance_seconds"`
+
+	// The keys below apply to type hmac only; a preset fixes them and
+	// refuses them, as does type none. "" means the engine default.
+
+	SignatureHeader string `yaml:"signature_header" json:"signature_header,omitempty"` // required for hmac
+	Parse           string `yaml:"parse" json:"parse,omitempty"`                       // whole (default) | csv_pairs | space_versions
+	SigPrefix       string `yaml:"sig_prefix" json:"sig_prefix,omitempty"`
+	SigKey          string `yaml:"sig_key" json:"sig_key,omitempty"`             // csv_pairs / space_versions only, required there
+	TimestampKey    string `yaml:"timestamp_key" json:"timestamp_key,omitempty"` // csv_pairs only
+	Signed          string `yaml:"signed" json:"signed,omitempty"`               // template, default "{body}"
+	Hash            string `yaml:"hash" json:"hash,omitempty"`                   // sha256 (default) | sha512 | sha1
+	Encoding        string `yaml:"encoding" json:"encoding,omitempty"`           // hex (default) | base64
+	SecretDecode    string `yaml:"secret_decode" json:"secret_decode,omitempty"` // none (default) | base64 | whsec_base64
+	TimestampHeader string `yaml:"timestamp_header" json:"timestamp_header,omitempty"`
+}
+
+// Spec maps the block onto the verification engine's Spec; verify.New of
+// it is what the edge runs (Validate has already run it once, so on a
+// loaded config it does not fail).
+func (v VerifyConfig) Spec() verify.Spec {
+	s := verify.Spec{
+		Type:            v.Type,
+		Secrets:         slices.Clone([]string(v.Secret)),
+		SignatureHeader: v.SignatureHeader,
+		Parse:           v.Parse,
+		SigPrefix:       v.SigPrefix,
+		SigKey:          v.SigKey,
+		TimestampKey:    v.TimestampKey,
+		Signed:          v.Signed,
+		Hash:            v.Hash,
+		Encoding:        v.Encoding,
+		SecretDecode:    v.SecretDecode,
+		TimestampHeader: v.TimestampHeader,
+	}
+	if v.ToleranceSeconds != nil {
+		s.ToleranceSeconds = *v.ToleranceSeconds
+	}
+	return s
+}
+
+// hmacFields lists the hmac-only keys of v that are set, in YAML order.
+func (v VerifyConfig) hmacFields() []string {
+	var set []string
+	for _, f := range []struct{ key, val string }{
+		{"signature_header", v.SignatureHeader}, {"parse", v.Parse}, {"sig_prefix", v.SigPrefix},
+		{"sig_key", v.SigKey}, {"timestamp_key", v.TimestampKey}, {"signed", v.Signed},
+		{"hash", v.Hash}, {"encoding", v.Encoding}, {"secret_decode", v.SecretDecode},
+		{"timestamp_header", v.TimestampHeader},
+	} {
+		if f.val != "" {
+			set = append(set, f.key)
+		}
+	}
+	return set
+}
+
+// StringList is a list of strings that YAML may also give as one string,
+// which becomes a one-element list (secret: "x" is secret: ["x"]).
+type StringList []string
+
+// UnmarshalYAML implements yaml.InterfaceUnmarshaler for goccy/go-yaml.
+// checkShape has already refused every other shape with a better message.
+func (l *StringList) UnmarshalYAML(unmarshal func(any) error) error {
+	var one string
+	if err := unmarshal(&one); err == nil {
+		*l = StringList{one}
+		return nil
+	}
+	var many []string
+	if err := unmarshal(&many); err != nil {
+		return err
+	}
+	*l = many
+	return nil
 }
 
 // SourceDedupe says where a source's dedupe key comes from: exactly one of

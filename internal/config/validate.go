@@ -16,8 +16,6 @@ var (
 	headerRE = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 )
 
-const maxSecrets = 8
-
 // Validate checks every rule and returns all violations as Errors, or nil.
 // It does not stop at the first one: an operator should fix the file once.
 func (c *Config) Validate() error {
@@ -34,7 +32,10 @@ func (c *Config) Validate() error {
 	intRange(v, "dedupe.sweep_batch", c.Dedupe.SweepBatch, 1, 100_000)
 	c.validateDispatch(v)
 	c.validateRetry(v)
+	c.validateSourceStore(v)
 	c.validateSources(v)
+	c.validateQuarantine(v)
+	c.validateRateLimits(v)
 	if len(v.errs) == 0 {
 		return nil // not a nil Errors: callers compare err != nil
 	}
@@ -156,7 +157,10 @@ func (c *Config) validateRetry(v *validator) {
 
 func (c *Config) validateSources(v *validator) {
 	if len(c.Sources) == 0 {
-		v.add("sources", "at least one source is required")
+		// Under persistent the operator API adds sources at run time.
+		if c.SourceStore.Type != SourceStorePersistent {
+			v.add("sources", "at least one source is required (or source_store.type: persistent, to add them through the operator API)")
+		}
 		return
 	}
 	for _, id := range sortedKeys(c.Sources) {
@@ -169,16 +173,7 @@ func (c *Config) validateSources(v *validator) {
 			v.add(p+".tenant", "must match [A-Za-z0-9_-]{1,64}, got %q", s.Tenant)
 		}
 
-		v.oneOf(p+".verify.type", s.Verify.Type, []string{"none"}, nil,
-			"signature verification arrives in a later version")
-		if n := len(s.Verify.Secret); n > maxSecrets {
-			v.add(p+".verify.secret", "must have at most %d entries, got %d", maxSecrets, n)
-		}
-		for i, sec := range s.Verify.Secret {
-			if sec == "" {
-				v.add(fmt.Sprintf("%s.verify.secret[%d]", p, i), "must not be empty")
-			}
-		}
+		validateSourceVerify(v, p, s)
 
 		if d := s.Dedupe; d != nil {
 			validateSourceDedupe(v, p+".dedupe", d)

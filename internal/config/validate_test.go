@@ -83,6 +83,7 @@ func TestNumericRanges(t *testing.T) {
 func TestSecretCount(t *testing.T) {
 	c := config.Default()
 	s := c.Sources["demo"]
+	s.Verify.Type = "github"
 	s.Verify.Secret = []string{"1", "2", "3", "4", "5", "6", "7", "8"}
 	c.Sources["demo"] = s
 	if err := c.Validate(); err != nil {
@@ -116,7 +117,7 @@ func TestRules(t *testing.T) {
 		{"wal none", func(c *config.Config) { c.WAL.Type = "none" }, "wal.type", `"none" is not available yet (supported: disk|dual)`},
 		{"wal typo", func(c *config.Config) { c.WAL.Type = "dsk" }, "wal.type", `must be one of disk|dual, got "dsk"`},
 		{"dedupe fleet", func(c *config.Config) { c.Dedupe.Scope = "fleet" }, "dedupe.scope", `"fleet" is not available yet (supported: node)`},
-		{"verify hmac", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Verify.Type = "hmac" }) }, "sources.demo.verify.type", `must be one of none, got "hmac"`},
+		{"verify type typo", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Verify.Type = "hmca" }) }, "sources.demo.verify.type", `must be one of github|hmac|none|shopify|slack|standard_webhooks|stripe, got "hmca"`},
 		{"sink type", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Sinks[0].Type = "smtp" }) }, "sources.demo.sinks[0].type", `must be one of log|http|kafka|nats|rabbitmq, got "smtp"`},
 		{"role bad", func(c *config.Config) { c.Node.Roles = []string{"ingest", "relay"} }, "node.roles[1]", `got "relay"`},
 		{"role duplicate", func(c *config.Config) { c.Node.Roles = []string{"ingest", "ingest"} }, "node.roles[1]", `duplicate role "ingest"`},
@@ -168,7 +169,9 @@ func TestRules(t *testing.T) {
 		{"dedupe json bad", func(c *config.Config) {
 			src(c, func(s *config.SourceConfig) { s.Dedupe = &config.SourceDedupe{JSON: "data..id", TTLSeconds: 60} })
 		}, "sources.demo.dedupe.json", "must be a dotted path"},
-		{"empty secret", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Verify.Secret = []string{""} }) }, "sources.demo.verify.secret[0]", "must not be empty"},
+		{"empty secret", func(c *config.Config) {
+			src(c, func(s *config.SourceConfig) { s.Verify.Type, s.Verify.Secret = "github", []string{""} })
+		}, "sources.demo.verify.secret[0]", "must not be empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -265,7 +268,7 @@ sources:
   demo:
     sinks: []
   "bad id!":
-    verify: {type: hmac}
+    verify: {type: hmca}
     sinks: [{type: log}, {type: log}]
 `
 	_, err := config.LoadBytes([]byte(yml), noEnv)

@@ -59,6 +59,10 @@ type Options struct {
 	// OnReclaim tells the queue's counters how many hooks and delivery rows
 	// were removed.
 	OnReclaim func(hooks, deliveries int)
+	// Release, when set, serves replay jobs of kind "quarantine": it
+	// re-verifies up to n held hooks after cursor (of job.SourceID, if set)
+	// and commits those that pass under their original ids.
+	Release Releaser
 
 	Observer Observer
 	Logger   *slog.Logger
@@ -152,6 +156,41 @@ type Dispatcher struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	workers sync.WaitGroup
+
+	// targetsMu guards o.Targets: API-managed sources add and remove sinks
+	// while workers read them.
+	targetsMu sync.RWMutex
+}
+
+func (d *Dispatcher) target(num uint16) (Target, bool) {
+	d.targetsMu.RLock()
+	defer d.targetsMu.RUnlock()
+	t, ok := d.o.Targets[num]
+	return t, ok
+}
+
+// SetTarget adds or replaces the sink behind a number (an API-managed
+// source was created or changed). The replaced sink is returned so the
+// caller can close it once no attempt uses it.
+func (d *Dispatcher) SetTarget(num uint16, t Target) (old Target, replaced bool) {
+	d.targetsMu.Lock()
+	defer d.targetsMu.Unlock()
+	if d.o.Targets == nil {
+		d.o.Targets = map[uint16]Target{}
+	}
+	old, replaced = d.o.Targets[num]
+	d.o.Targets[num] = t
+	return old, replaced
+}
+
+// RemoveTarget drops a sink; rows still due for it dead-letter as "sink is
+// no longer configured" when attempted.
+func (d *Dispatcher) RemoveTarget(num uint16) (old Target, ok bool) {
+	d.targetsMu.Lock()
+	defer d.targetsMu.Unlock()
+	old, ok = d.o.Targets[num]
+	delete(d.o.Targets, num)
+	return old, ok
 }
 
 // New builds a dispatcher; Start runs it.

@@ -76,7 +76,7 @@ func (d *Dispatcher) DLQ(f DLQFilter) (total int, entries []DeadEntry, err error
 			continue
 		}
 		sinkID := ""
-		if t, ok := d.o.Targets[r.num]; ok {
+		if t, ok := d.target(r.num); ok {
 			sinkID = t.ID
 		}
 		entries = append(entries, DeadEntry{

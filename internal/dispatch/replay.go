@@ -67,6 +67,14 @@ type job struct {
 	last   time.Time
 }
 
+// Releaser releases quarantined hooks for a replay job of kind quarantine.
+// It returns how many it committed and skipped, the new cursor (the last
+// pen key it passed; it must be persisted before the next step), and
+// whether the pen has nothing left after the cursor.
+type Releaser interface {
+	Release(ctx context.Context, sourceID string, cursor []byte, untilMs int64, n int) (moved, skipped int, next []byte, done bool, err error)
+}
+
 // JobSpec is what POST /v1/replays takes.
 type JobSpec struct {
 	Kind     string  `json:"kind"`
@@ -87,8 +95,13 @@ func (d *Dispatcher) loadJobs() error {
 
 // CreateJob validates spec and starts a job.
 func (d *Dispatcher) CreateJob(ctx context.Context, spec JobSpec) (Job, error) {
-	if spec.Kind != "dlq" {
-		return Job{}, fmt.Errorf("%w: kind must be dlq (quarantine arrives with verification)", ErrBadJob)
+	switch {
+	case spec.Kind == "dlq":
+	case spec.Kind == "quarantine" && d.o.Release != nil:
+	case spec.Kind == "quarantine":
+		return Job{}, fmt.Errorf("%w: no source uses on_verify_failure: quarantine", ErrBadJob)
+	default:
+		return Job{}, fmt.Errorf("%w: kind must be dlq or quarantine", ErrBadJob)
 	}
 	if spec.Rate == 0 {
 		spec.Rate = 50
@@ -231,8 +244,52 @@ func (d *Dispatcher) runJobs() {
 	}
 }
 
-// stepJob moves up to n dead rows of j back to due.
+// stepJob advances j by up to n rows.
 func (d *Dispatcher) stepJob(j *job, n int, now time.Time) {
+	if j.Kind == "quarantine" {
+		d.stepRelease(j, n, now)
+		return
+	}
+	d.stepDLQ(j, n, now)
+}
+
+// stepRelease releases up to n quarantined hooks. The release commits
+// through the queue (durable before it returns), then the cursor is
+// written: a crash between the two re-releases a hook, whose commit keeps
+// its original id and dedupe key, so the retry is absorbed downstream.
+func (d *Dispatcher) stepRelease(j *job, n int, now time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	moved, skipped, next, done, err := d.o.Release.Release(ctx, j.SourceID, j.Cursor, j.UntilMs, n)
+	upd := j.Job
+	if err != nil {
+		d.log.Warn("quarantine release step failed; retried next tick", "job", j.ID, "err", err)
+		if moved == 0 && next == nil {
+			return
+		}
+	}
+	if next != nil {
+		upd.Cursor = next
+	}
+	upd.Moved += int64(moved)
+	upd.Skipped += int64(skipped)
+	if done && err == nil {
+		upd.State = JobDone
+	}
+	upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)
+	b := d.st.NewBatch()
+	defer b.Close()
+	d.putJob(b, &upd)
+	if aerr := d.st.ApplySync(b); aerr != nil {
+		d.log.Warn("replay cursor write failed", "job", j.ID, "err", aerr)
+		return
+	}
+	j.Job = upd
+	j.tokens -= float64(moved + skipped)
+}
+
+// stepDLQ moves up to n dead rows of j back to due.
+func (d *Dispatcher) stepDLQ(j *job, n int, now time.Time) {
 	type row struct {
 		key []byte
 		seq uint64

@@ -209,7 +209,7 @@ func (d *Dispatcher) attempt(ctx context.Context, c claimed) {
 var errNoTarget = errors.New("sink is no longer configured")
 
 func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) ([16]byte, error) {
-	t, ok := d.o.Targets[c.num]
+	t, ok := d.target(c.num)
 	if !ok {
 		return [16]byte{}, sink.Permanent(fmt.Errorf("%w (sink number %d, id %q)", errNoTarget, c.num, c.delivery.SinkID))
 	}

@@ -5,8 +5,10 @@ package edge
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -21,7 +23,9 @@ import (
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dedupe"
 	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/ratelimit"
 	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/verify"
 )
 
 // Committer is the commit path as the edge sees it (the queue).
@@ -41,6 +45,8 @@ const (
 	OutcomeDuplicate = "duplicate"
 	OutcomeRefused   = "refused"  // 503: ask again later
 	OutcomeRejected  = "rejected" // 4xx: the request itself is wrong
+	// OutcomeQuarantined: 202, held in the pen (not accepted for delivery).
+	OutcomeQuarantined = "quarantined"
 )
 
 // unknownSourceLabel stands for every source id that is not configured, so
@@ -55,16 +61,41 @@ type Source struct {
 	Tenant string // "" means "default" unless the URL names one
 	Sinks  []queue.SinkRef
 	Dedupe *dedupe.Extractor
+	// Verifier is nil for verify.type none.
+	Verifier verify.Verifier
+	// OnFailure is the verify failure policy: reject | quarantine | accept_flag.
+	OnFailure string
+}
+
+// Quarantine is the durable pen for hooks that failed verification under
+// on_verify_failure: quarantine. Hold returns nil once the hook is durably
+// held; ErrQuarantineFull, or an error with a RetryAfter() method for the
+// per-source rate limit, otherwise.
+type Quarantine interface {
+	Hold(ctx context.Context, env *store.Envelope, reason string) error
+}
+
+// ErrQuarantineFull: the pen reached quarantine.max_bytes. It never evicts.
+var ErrQuarantineFull = errors.New("quarantine full")
+
+// Limiter is the per-tenant rate limiter (ratelimit.GCRA).
+type Limiter interface {
+	Allow(key string) (bool, time.Duration)
 }
 
 // Options configure a Handler.
 type Options struct {
-	Routing        string // "path" | "tenant_path"
-	Prefix         string
-	MaxBodyBytes   int64
-	Sources        map[string]*Source
-	Committer      Committer
-	Observer       Observer
+	Routing      string // "path" | "tenant_path"
+	Prefix       string
+	MaxBodyBytes int64
+	Sources      *Registry
+	Committer    Committer
+	Observer     Observer
+	// Limiter, when set, rate-limits accepted and flag-accepted hooks per
+	// tenant; forged traffic is never charged to a tenant.
+	Limiter Limiter
+	// Quarantine holds hooks of sources with on_verify_failure: quarantine.
+	Quarantine     Quarantine
 	Logger         *slog.Logger
 	Now            func() time.Time
 	RetryAfterSecs int // for 503 overload / store_unavailable; default 1
@@ -98,16 +129,24 @@ func New(o Options) *Handler {
 
 // SourcesFromConfig builds the edge's view of the configured sources;
 // sinkNums are the store's stable sink numbers.
-func SourcesFromConfig(c *config.Config, sinkNums map[store.SinkRef]uint16) map[string]*Source {
+func SourcesFromConfig(c *config.Config, sinkNums map[store.SinkRef]uint16) (map[string]*Source, error) {
 	out := make(map[string]*Source, len(c.Sources))
 	for id, sc := range c.Sources {
-		s := &Source{ID: id, Tenant: sc.Tenant, Dedupe: dedupe.New(sc.Dedupe)}
+		s := &Source{ID: id, Tenant: sc.Tenant, Dedupe: dedupe.New(sc.Dedupe), OnFailure: sc.VerifyFailurePolicy()}
+		if sc.Verify.Type != "" && sc.Verify.Type != "none" {
+			v, err := verify.New(sc.Verify.Spec())
+			if err != nil {
+				// Config validation ran the same check; this is a safety net.
+				return nil, fmt.Errorf("sources.%s.verify: %w", id, err)
+			}
+			s.Verifier = v
+		}
 		for _, sk := range sc.Sinks {
 			s.Sinks = append(s.Sinks, queue.SinkRef{Num: sinkNums[store.SinkRef{Source: id, Sink: sk.ID}], ID: sk.ID})
 		}
 		out[id] = s
 	}
-	return out
+	return out, nil
 }
 
 // route splits the path after the prefix into tenant and source.
@@ -147,7 +186,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.tooLarge(w, start, unknownSourceLabel)
 		return
 	}
-	src, found := h.o.Sources[sourceID]
+	src, found := h.o.Sources.Get(sourceID)
 	if !found {
 		h.reject(w, start, unknownSourceLabel, http.StatusNotFound, "unknown_source", map[string]any{"error": "unknown_source"})
 		return
@@ -167,11 +206,47 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, start, src.ID, http.StatusBadRequest, "body_read_failed", map[string]any{"error": "body_read_failed"})
 		return
 	}
+	// A source bound to a tenant answers only its own tenant's URL.
+	if tenant != "" && src.Tenant != "" && tenant != src.Tenant {
+		h.reject(w, start, unknownSourceLabel, http.StatusNotFound, "unknown_source", map[string]any{"error": "unknown_source"})
+		return
+	}
 	if tenant == "" {
 		tenant = src.Tenant
 	}
 	if tenant == "" {
 		tenant = "default"
+	}
+	flagged := false
+	if src.Verifier != nil {
+		if verr := src.Verifier.Verify(r.Header, body, start); verr != nil {
+			reason := string(verify.ReasonOf(verr))
+			switch src.OnFailure {
+			case config.OnVerifyFailureQuarantine:
+				if h.o.Quarantine != nil {
+					h.quarantine(w, r, start, src, tenant, headers, body, reason)
+					return
+				}
+				h.reject(w, start, src.ID, http.StatusUnauthorized, "verification_failed",
+					map[string]any{"error": "verification_failed", "reason": reason})
+				return
+			case config.OnVerifyFailureAcceptFlag:
+				// Committed, marked, and never deduped: a forged request must
+				// not be able to claim a real hook's dedupe key.
+				flagged = true
+			default:
+				h.reject(w, start, src.ID, http.StatusUnauthorized, "verification_failed",
+					map[string]any{"error": "verification_failed", "reason": reason})
+				return
+			}
+		}
+	}
+	if h.o.Limiter != nil {
+		if ok, wait := h.o.Limiter.Allow(tenant); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(ratelimit.RetryAfterSeconds(wait)))
+			h.reject(w, start, src.ID, http.StatusTooManyRequests, "rate_limited", map[string]any{"error": "rate_limited"})
+			return
+		}
 	}
 	rec := &queue.Record{
 		ReceivedAt:  start,
@@ -181,8 +256,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Headers:     headers,
 		Body:        body,
 		Sinks:       src.Sinks,
+		Flagged:     flagged,
 	}
-	if k := src.Dedupe.Key(r.Header, body); k != "" {
+	if k := src.Dedupe.Key(r.Header, body); k != "" && !flagged {
 		rec.DedupeKey, rec.DedupeTTL = k, src.Dedupe.TTL()
 	}
 	res, err := h.o.Committer.Submit(r.Context(), rec)
@@ -304,4 +380,35 @@ func writeAccepted(w http.ResponseWriter, res queue.Result) {
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusCreated)
 	_, _ = w.Write(b)
+}
+
+// quarantine holds a hook that failed verification: 202 once it is durably
+// in the pen; 429 past the source's pen rate; 503 when the pen is full. A
+// forged flood costs the pen's budget, never a real hook's slot.
+func (h *Handler) quarantine(w http.ResponseWriter, r *http.Request, start time.Time, src *Source, tenant string, headers []store.Header, body []byte, reason string) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		h.unavailable(w, start, src.ID, "store_unavailable", h.o.RetryAfterSecs)
+		return
+	}
+	env := &store.Envelope{
+		ID: id, ReceivedAt: start.UnixNano(), Tenant: tenant, Source: src.ID,
+		ContentType: r.Header.Get("Content-Type"), Headers: headers, Body: body,
+		SHA256: sha256.Sum256(body),
+	}
+	err = h.o.Quarantine.Hold(r.Context(), env, reason)
+	var ra interface{ RetryAfter() time.Duration }
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusAccepted, map[string]any{"status": "quarantined", "reason": reason})
+		h.o.Observer.Ingest(src.ID, OutcomeQuarantined, h.o.Now().Sub(start))
+	case errors.As(err, &ra):
+		w.Header().Set("Retry-After", strconv.Itoa(ratelimit.RetryAfterSeconds(ra.RetryAfter())))
+		h.reject(w, start, src.ID, http.StatusTooManyRequests, "quarantine_rate_limited", map[string]any{"error": "quarantine_rate_limited"})
+	case errors.Is(err, ErrQuarantineFull):
+		h.unavailable(w, start, src.ID, "quarantine_full", 60)
+	default:
+		h.log.Error("quarantine hold failed", "source", src.ID, "err", err)
+		h.unavailable(w, start, src.ID, "store_unavailable", h.o.RetryAfterSecs)
+	}
 }

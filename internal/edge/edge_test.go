@@ -42,10 +42,10 @@ func newFixture(t *testing.T, routing string, qopts queue.Options) *fixture {
 	sinks := []queue.SinkRef{{Num: 0, ID: "log"}}
 	h := edge.New(edge.Options{
 		Routing: routing, Prefix: "/webhooks", MaxBodyBytes: 1000,
-		Sources: map[string]*edge.Source{
+		Sources: edge.NewRegistry(map[string]*edge.Source{
 			"demo":   {ID: "demo", Sinks: sinks},
 			"github": {ID: "github", Tenant: "acme", Sinks: sinks, Dedupe: dedupe.New(&config.SourceDedupe{Preset: "github", TTLSeconds: 60})},
-		},
+		}),
 		Committer: q, Observer: nopObserver{}, Logger: testutil.Logger(t),
 	})
 	srv := httptest.NewServer(h)

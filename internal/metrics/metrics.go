@@ -29,7 +29,9 @@ const (
 	OutcomeDuplicate = "duplicate"
 	OutcomeRefused   = "refused"
 	OutcomeRejected  = "rejected"
-	OutcomeOther     = "other"
+	// OutcomeQuarantined: 202, held in the quarantine pen.
+	OutcomeQuarantined = "quarantined"
+	OutcomeOther       = "other"
 )
 
 // Refusal reasons of ankusa_ingest_refused_total. A reason outside this set
@@ -44,14 +46,19 @@ const (
 	ReasonClosed           = "closed"
 	ReasonIntakeUnavail    = "intake_unavailable"
 	ReasonIntakePending    = "intake_pending"
+	ReasonVerifyFailed     = "verification_failed"
+	ReasonRateLimited      = "rate_limited"
+	ReasonQuarantineRate   = "quarantine_rate_limited"
+	ReasonQuarantineFull   = "quarantine_full"
 	ReasonOther            = "other"
 )
 
-var outcomes = []string{OutcomeAccepted, OutcomeDuplicate, OutcomeRefused, OutcomeRejected}
+var outcomes = []string{OutcomeAccepted, OutcomeDuplicate, OutcomeRefused, OutcomeRejected, OutcomeQuarantined}
 
 var reasons = []string{
 	ReasonOverload, ReasonStoreUnavailable, ReasonPayloadTooLarge, ReasonInvalidHeader,
 	ReasonBodyReadFailed, ReasonUnknownSource, ReasonClosed, ReasonIntakeUnavail, ReasonIntakePending,
+	ReasonVerifyFailed, ReasonRateLimited, ReasonQuarantineRate, ReasonQuarantineFull,
 }
 
 // Buckets, in seconds. An ingest spans a group commit and one fsync; an

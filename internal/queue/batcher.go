@@ -70,10 +70,13 @@ func (b *batcher) add(rec *Record, fenced bool) (*item, error) {
 		b.records.Add(-1)
 		return nil, ErrOverload
 	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		b.release(size)
-		return nil, ErrOverload
+	id := uuid.UUID(rec.ID)
+	if id == (uuid.UUID{}) {
+		var err error
+		if id, err = uuid.NewV7(); err != nil {
+			b.release(size)
+			return nil, ErrOverload
+		}
 	}
 	it := &item{rec: rec, id: id, size: size, enqueued: b.opts.Now(), reply: make(chan outcome, 1)}
 	p := b.parts[int(id[15])%len(b.parts)]

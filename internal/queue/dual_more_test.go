@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,9 +23,11 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/intake/memory"
 	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
@@ -669,4 +672,252 @@ func TestDual_CloseAfterStoreClosedDoesNotPanic(t *testing.T) {
 		}
 	}()
 	q.Close()
+}
+
+// Both halves failed and the log is still down at the first pass: the
+// local half is completed first (the hook becomes durable and
+// deliverable), the record stays carried, and the log half completes when
+// the log returns (the ADR's "both halves fail: the record is carried and
+// completes when either recovers", and section 5's "local first").
+func TestReconciler_BothPendingCompletesLocalFirst(t *testing.T) {
+	e, obs := newRCDual(t, queue.Options{}, manual)
+	e.gate.FailNext(1)
+	e.log.FailNext(2, intake.Unavailable) // the commit's publish and the first pass's
+	if s := answer(t, submitAsync(e.q, rec("body", "evt_both"))); !errors.Is(s.err, queue.ErrStoreUnavailable) {
+		t.Fatalf("first attempt: %v, want store_unavailable", s.err)
+	}
+	waitFences(t, e.q, 1)
+	if e.hooks(t) != 0 || e.log.Published() != 0 {
+		t.Fatalf("both failed: hooks %d log %d, want 0 and 0", e.hooks(t), e.log.Published())
+	}
+	seq := e.q.Stats().NextSeq - 1
+
+	e.q.Reconcile(context.Background())
+	if env, _ := e.stored(t, seq); env == nil || e.q.Durable() < seq {
+		t.Fatalf("the store recovered but the local half at seq %d is not written and durable (durable %d)", seq, e.q.Durable())
+	}
+	s := e.dual(t)
+	if s.Pending.Records != 1 || e.log.Published() != 0 || s.Watermark >= seq {
+		t.Fatalf("log still down: pending %d log %d watermark %d; want 1, 0, < %d", s.Pending.Records, e.log.Published(), s.Watermark, seq)
+	}
+	if obs.reconciledHalf("local") != 1 || obs.reconciledHalf("log") != 0 {
+		t.Fatalf("reconciled local %d log %d, want 1 and 0", obs.reconciledHalf("local"), obs.reconciledHalf("log"))
+	}
+	retry := answer(t, submitAsync(e.q, rec("body", "evt_both")))
+	if !errors.Is(retry.err, queue.ErrIntakePending) {
+		t.Fatalf("retry with only the local half done: %+v %v, want intake_pending", retry.res, retry.err)
+	}
+
+	e.q.Reconcile(context.Background())
+	r := e.onlyRecord(t)
+	if s := e.dual(t); s.Pending.Records != 0 || s.Watermark != seq || r.Seq != seq {
+		t.Fatalf("after the log returned: pending %d watermark %d record seq %d; want 0, %d, %d", s.Pending.Records, s.Watermark, r.Seq, seq, seq)
+	}
+	if after := answer(t, submitAsync(e.q, rec("body", "evt_both"))); after.err != nil || !after.res.Duplicate || after.res.ID != r.ID {
+		t.Fatalf("retry after both halves: %+v %v, want 201 duplicate of %x", after.res, after.err, r.ID)
+	}
+	if e.hooks(t) != 1 {
+		t.Fatalf("hooks = %d, want 1", e.hooks(t))
+	}
+	e.foldMatches(t)
+}
+
+// A retry is never answered 201 while its original is unconfirmed: not
+// while the original's publish is in flight (a different group), and not
+// as a duplicate inside the original's own group, which shares its fate.
+func TestDual_RetryMeetingAnUnconfirmedOriginalIsNeverAcked(t *testing.T) {
+	t.Run("original in flight", func(t *testing.T) {
+		e, obs := newRCDual(t, queue.Options{}, func(d *queue.DualOptions) { d.PublishTimeout = time.Minute })
+		e.log.Hang()
+		orig := submitAsync(e.q, rec("body", "evt_fly"))
+		if err := e.log.WaitHung(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		retry := answer(t, submitAsync(e.q, rec("body", "evt_fly")))
+		if !errors.Is(retry.err, queue.ErrIntakePending) {
+			t.Fatalf("retry while the original's publish is in flight: %+v %v, want intake_pending", retry.res, retry.err)
+		}
+		obs.mu.Lock()
+		refused := obs.refused["pending_dedupe"]
+		obs.mu.Unlock()
+		if refused != 1 {
+			t.Fatalf("refused{reason=pending_dedupe} = %d, want 1", refused)
+		}
+		e.log.Unhang()
+		o := answer(t, orig)
+		if o.err != nil {
+			t.Fatalf("original: %v", o.err)
+		}
+		if again := answer(t, submitAsync(e.q, rec("body", "evt_fly"))); again.err != nil || !again.res.Duplicate || again.res.ID != o.res.ID {
+			t.Fatalf("retry after the confirm: %+v %v, want 201 duplicate of %x", again.res, again.err, o.res.ID)
+		}
+	})
+	t.Run("duplicate in the original's group", func(t *testing.T) {
+		e, _ := newRCDual(t, queue.Options{MaxBatch: 2, MaxDelay: 10 * time.Second}, manual)
+		e.log.FailNext(1, intake.Unavailable)
+		a := submitAsync(e.q, rec("body", "evt_grp"))
+		b := submitAsync(e.q, rec("body", "evt_grp"))
+		if n := e.sig.wait(t); n != 1 {
+			t.Fatalf("group wrote %d records, want 1 (an original and its duplicate)", n)
+		}
+		for _, ch := range []chan submitted{a, b} {
+			if s := answer(t, ch); !errors.Is(s.err, queue.ErrIntakeUnavailable) {
+				t.Fatalf("original or in-group duplicate of a failed publish: %+v %v, want intake_unavailable", s.res, s.err)
+			}
+		}
+		if e.hooks(t) != 1 {
+			t.Fatalf("hooks = %d, want the one carried original", e.hooks(t))
+		}
+	})
+}
+
+// A record refused before either half (here by the open breaker) leaves
+// nothing behind, its dedupe key included: once the gate admits again, the
+// retry is stored as a new hook, not refused as pending and not a
+// duplicate of anything.
+func TestDual_RefusedBeforeEitherHalfReleasesTheKey(t *testing.T) {
+	clock := newRCClock()
+	const probe = time.Second
+	e, _ := newRCDual(t, queue.Options{Now: clock.now}, func(d *queue.DualOptions) {
+		d.ReconcileEvery = -1
+		d.Probe = probe
+	})
+	e.log.SetReady(false)
+	if s := answer(t, submitAsync(e.q, rec("body", "evt_ref"))); !errors.Is(s.err, queue.ErrIntakeUnavailable) {
+		t.Fatalf("breaker open: %v, want intake_unavailable", s.err)
+	}
+	if e.hooks(t) != 0 || e.dual(t).Pending.Records != 0 || e.q.Stats().NextSeq != 1 {
+		t.Fatal("a refused record left something behind")
+	}
+	e.log.SetReady(true)
+	clock.advance(probe) // half-open: the next group is the probe
+	s := answer(t, submitAsync(e.q, rec("body", "evt_ref")))
+	if s.err != nil || s.res.Duplicate {
+		t.Fatalf("retry after the refusal: %+v %v, want a new 201", s.res, s.err)
+	}
+	if e.inLog(s.res.ID) != 1 || e.hooks(t) != 1 {
+		t.Fatalf("log %d hooks %d, want the retry once in each", e.inLog(s.res.ID), e.hooks(t))
+	}
+}
+
+// countingSink records every delivery by hook id.
+type countingSink struct {
+	mu    sync.Mutex
+	byID  map[[16]byte]int
+	total int
+	seen  chan [16]byte
+}
+
+func newCountingSink() *countingSink {
+	return &countingSink{byID: map[[16]byte]int{}, seen: make(chan [16]byte, 64)}
+}
+
+func (s *countingSink) Deliver(_ context.Context, m *sink.Message) error {
+	s.mu.Lock()
+	s.byID[m.ID]++
+	s.total++
+	s.mu.Unlock()
+	s.seen <- m.ID
+	return nil
+}
+
+func (s *countingSink) Close() error { return nil }
+
+func (s *countingSink) counts() (map[[16]byte]int, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.byID), s.total
+}
+
+// newRCDualDispatch is newRCDual with dispatch delivering to a counting
+// sink, woken by the queue's durable mark as in the app.
+func newRCDualDispatch(t *testing.T) (*dualEnv, *countingSink) {
+	t.Helper()
+	var disp atomic.Pointer[dispatch.Dispatcher]
+	e, _ := newRCDual(t, queue.Options{OnDurable: func() {
+		if d := disp.Load(); d != nil {
+			d.Wake()
+		}
+	}}, manual)
+	cs := newCountingSink()
+	d := dispatch.New(e.st, dispatch.Options{
+		Targets:   map[uint16]dispatch.Target{sinks[0].Num: {ID: sinks[0].ID, Sink: cs}},
+		Durable:   e.q.Durable,
+		OnReclaim: e.q.Reclaimed,
+		Poll:      20 * time.Millisecond,
+		Retry:     dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5},
+		Logger:    testutil.Logger(t),
+	})
+	disp.Store(d)
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return e, cs
+}
+
+// waitDelivered waits for the next delivery and for the hook to be
+// reclaimed, after which no further delivery of it is possible.
+func (e *dualEnv) waitDelivered(t *testing.T, cs *countingSink) [16]byte {
+	t.Helper()
+	var id [16]byte
+	select {
+	case id = <-cs.seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+	}
+	testutil.Eventually(t, 10*time.Second, "the delivered hook reclaimed", func() bool { return e.hooks(t) == 0 })
+	return id
+}
+
+// The consumer-visible count of the two half-commit cases: exactly one
+// hook id per dedupe key and exactly one delivery to the sink.
+func TestDual_HalfCommitsAreDeliveredOnce(t *testing.T) {
+	t.Run("publish fails after local commit", func(t *testing.T) {
+		e, cs := newRCDualDispatch(t)
+		e.log.FailNext(1, intake.Unavailable)
+		if s := answer(t, submitAsync(e.q, rec("body", "evt_d1"))); !errors.Is(s.err, queue.ErrIntakeUnavailable) {
+			t.Fatalf("first attempt: %v, want intake_unavailable", s.err)
+		}
+		// The hook is in the store: it is delivered while its log half is
+		// still carried.
+		id := e.waitDelivered(t, cs)
+		if retry := answer(t, submitAsync(e.q, rec("body", "evt_d1"))); !errors.Is(retry.err, queue.ErrIntakePending) {
+			t.Fatalf("retry before the republish: %+v %v, want intake_pending", retry.res, retry.err)
+		}
+		e.q.Reconcile(context.Background())
+		after := answer(t, submitAsync(e.q, rec("body", "evt_d1")))
+		if after.err != nil || !after.res.Duplicate || after.res.ID != id {
+			t.Fatalf("retry after the republish: %+v %v, want 201 duplicate of the delivered %x", after.res, after.err, id)
+		}
+		if by, total := cs.counts(); total != 1 || by[id] != 1 {
+			t.Fatalf("deliveries %v (total %d), want exactly one, of %x", by, total, id)
+		}
+		if e.onlyRecord(t).ID != id {
+			t.Fatal("the log's record is not the delivered hook")
+		}
+	})
+	t.Run("local commit fails after publish", func(t *testing.T) {
+		e, cs := newRCDualDispatch(t)
+		e.gate.FailNext(1)
+		if s := answer(t, submitAsync(e.q, rec("body", "evt_d2"))); !errors.Is(s.err, queue.ErrStoreUnavailable) {
+			t.Fatalf("first attempt: %v, want store_unavailable", s.err)
+		}
+		waitFences(t, e.q, 1)
+		if retry := answer(t, submitAsync(e.q, rec("body", "evt_d2"))); !errors.Is(retry.err, queue.ErrIntakePending) {
+			t.Fatalf("retry before the local half: %+v %v, want intake_pending", retry.res, retry.err)
+		}
+		r := e.onlyRecord(t)
+		e.q.Reconcile(context.Background())
+		if id := e.waitDelivered(t, cs); id != r.ID {
+			t.Fatalf("delivered %x, want the log's record %x", id, r.ID)
+		}
+		after := answer(t, submitAsync(e.q, rec("body", "evt_d2")))
+		if after.err != nil || !after.res.Duplicate || after.res.ID != r.ID {
+			t.Fatalf("retry after the local half: %+v %v, want 201 duplicate of %x", after.res, after.err, r.ID)
+		}
+		if by, total := cs.counts(); total != 1 || by[r.ID] != 1 {
+			t.Fatalf("deliveries %v (total %d), want exactly one, of %x", by, total, r.ID)
+		}
+	})
 }

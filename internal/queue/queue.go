@@ -51,6 +51,9 @@ type SinkRef struct {
 
 // Record is one hook on its way into the store.
 type Record struct {
+	// ID is zero for a new hook (the batcher mints a UUIDv7); a released
+	// quarantined hook keeps the id it was given when it was held.
+	ID          [16]byte
 	ReceivedAt  time.Time
 	Tenant      string
 	Source      string

@@ -21,6 +21,8 @@ const (
 	PrefixExpiry   byte = 'e' // e + expires_at(8, unix ms) + dedupe key body → empty
 	PrefixSinkNum  byte = 'k' // k + source 0 sink-id                         → sink number(2)
 	PrefixJob      byte = 'j' // j + job id                                   → replay job JSON
+	PrefixRate     byte = 'r' // r + tenant                                   → rate-limit override JSON
+	PrefixSource   byte = 's' // s + source id                                → API-managed source JSON
 	PrefixProbe    byte = 'z' // z:probe                                      → readiness probe stamp
 )
 
