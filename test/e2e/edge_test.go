@@ -76,7 +76,9 @@ func TestEdge_VerificationRejectsForgeriesAndAcceptsSigned(t *testing.T) {
 		}
 	}
 	var w struct {
-		WAL struct{ NextSeq uint64 `json:"next_seq"` } `json:"wal"`
+		WAL struct {
+			NextSeq uint64 `json:"next_seq"`
+		} `json:"wal"`
 	}
 	in.api("GET", "/v1/wal", nil, &w)
 	if w.WAL.NextSeq != 2 {

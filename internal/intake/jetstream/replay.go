@@ -57,7 +57,7 @@ func (in *Intake) Replay(ctx context.Context, from intake.Position, fn func(inta
 		return err
 	}
 	end, err := in.lastSeq(ctx, c)
-	if err != nil || intake.Position(end) <= from {
+	if err != nil || end == 0 || intake.Position(end) <= from {
 		return err // end 0: the node never published, or retention dropped it all
 	}
 
@@ -95,6 +95,11 @@ func (in *Intake) Replay(ctx context.Context, from intake.Position, fn func(inta
 		msg, err := in.next(ctx, it)
 		if errors.Is(err, errIdle) {
 			// Nothing for a while: a lagging replica, or the end was removed.
+			if ci, err := cons.Info(ctx); err == nil {
+				in.log.Info("DEBUG idle", "cursor", cursor, "end", end, "pending", ci.NumPending, "delivered", ci.Delivered, "cluster", ci.Cluster, "name", ci.Name, "waiting", ci.NumWaiting)
+			} else {
+				in.log.Info("DEBUG idle", "err", err)
+			}
 			if end, err = in.lastSeq(ctx, c); err != nil {
 				return err
 			}

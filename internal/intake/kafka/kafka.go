@@ -164,8 +164,9 @@ func Open(o Options) (*Intake, error) {
 		maxBatch = int32(max(o.MaxRecordBytes, 512)) // kgo's floor
 	}
 	// kgo refuses a batch cap that does not fit its write limit, and a
-	// replay must be able to read a batch of that size back.
-	brokerMax := max(int32(100<<20), min(2*maxBatch, maxBatchBytes))
+	// replay must be able to read a batch of that size back (a broker
+	// returns the first batch of a fetch whatever its size).
+	brokerMax := int32(min(max(int64(100<<20), int64(maxBatch)+1<<20), maxBatchBytes))
 
 	base := []kgo.Opt{
 		kgo.SeedBrokers(o.Brokers...),
@@ -544,7 +545,6 @@ func (in *Intake) replayPartition(ctx context.Context, p int32, from intake.Posi
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{in.topic: {p: kgo.NewOffset().At(start)}}),
 		// A start below the log start (retention) resets to the log start.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxBytes(max(int32(50<<20), min(2*in.maxBatch, maxBatchBytes/2))),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
