@@ -75,14 +75,18 @@ func (d *Dispatcher) record(rs []result) {
 			outs = append(outs, outcome{dl.SinkID, "delivered", r.dur})
 			continue
 		}
+		permanent, retryAfter := sink.Classify(r.err)
 		if isCancel(r.err) {
 			// Shutdown interrupted the attempt: not the sink's fault, no
 			// attempt spent, delivered again after the restart.
 			dl.Attempts--
+		} else if permanent {
+			// The target answered and refused this hook: it is up, so its
+			// breaker stays closed for the others.
+			br.success()
 		} else if br.failure(now, d.o.BreakerFailures, d.o.BreakerCooldown) {
 			d.log.Warn("sink breaker open: parking its rows", "sink", dl.SinkID, "for", d.o.BreakerCooldown, "err", r.err)
 		}
-		permanent, retryAfter := sink.Classify(r.err)
 		dl.LastError = truncate(r.err.Error(), maxErrorLen)
 		if permanent || int(dl.Attempts) >= d.o.Retry.MaxAttempts {
 			dl.State, dl.NextAtMs = store.StateDead, 0

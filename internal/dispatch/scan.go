@@ -114,6 +114,10 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 			if b := d.breakers[num]; b != nil && b.halfOpen(now) {
 				// Half-open: exactly one real attempt probes the sink.
 				if probing[num] || b.probing {
+					// Left due: the cursor must stay at or below them.
+					for _, c := range q {
+						d.lower(&low, c.at)
+					}
 					byNum[num] = nil
 					continue
 				}

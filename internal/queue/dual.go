@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ankusa/ankusa/internal/intake"
@@ -83,6 +84,35 @@ type dualState struct {
 	// passMu makes reconciler passes one at a time, so a record is never
 	// republished by two passes at once.
 	passMu sync.Mutex
+	// holdUntil (unix ns) is when the reconciler may publish again after a
+	// throttled answer, whoever got it.
+	holdUntil atomic.Int64
+	// lastWarn (unix ns) rate-limits the reconciler's failure logs.
+	lastWarn atomic.Int64
+}
+
+// hold defers republishing after a throttled answer.
+func (d *dualState) hold(err error) {
+	if c, ra := intake.ClassOf(err); c == intake.Throttled && ra > 0 {
+		until := d.now().Add(ra).UnixNano()
+		for {
+			cur := d.holdUntil.Load()
+			if cur >= until || d.holdUntil.CompareAndSwap(cur, until) {
+				return
+			}
+		}
+	}
+}
+
+// warn logs a reconciler failure at most every 30 s: a stuck record is
+// retried every pass and must not flood the log.
+func (d *dualState) warn(msg string, args ...any) {
+	now := d.now().UnixNano()
+	last := d.lastWarn.Load()
+	if now-last < int64(30*time.Second) || !d.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	d.log.Warn(msg, args...)
 }
 
 func newDualState(o DualOptions, b *batcher, log *slog.Logger, now func() time.Time) *dualState {
@@ -199,6 +229,9 @@ func (g *dualGroup) log(pos intake.Position, err error) {
 func (g *dualGroup) resolve() {
 	d := g.d
 	d.gate.result(g.logErr == nil, d.now())
+	if g.logErr != nil {
+		d.hold(g.logErr)
+	}
 	n := 0
 	for _, e := range g.entries {
 		if e != nil {
@@ -270,6 +303,9 @@ func (w *writer) completeLocal(es []*pendingEntry) error {
 		return ErrStoreUnavailable
 	}
 	b := w.st.NewBatch()
+	if b == nil {
+		return store.ErrClosed
+	}
 	defer b.Close()
 	var written []*pendingEntry
 	var present []*pendingEntry
@@ -290,6 +326,14 @@ func (w *writer) completeLocal(es []*pendingEntry) error {
 			}
 		}
 		written = append(written, e)
+	}
+	if len(written) == 0 && len(present) > 0 {
+		// A row found present may be one a failed synced write left in the
+		// page cache: make it durable before calling the half done.
+		if err := w.st.SyncWAL(); err != nil {
+			w.fence(context.Background(), err)
+			return err
+		}
 	}
 	if len(written) > 0 {
 		if err := w.st.ApplySync(b); err != nil {
@@ -321,6 +365,9 @@ func (w *writer) flushMarks() {
 	}
 	wm, off := w.dual.pending.marks(w.nextSeq)
 	b := w.st.NewBatch()
+	if b == nil {
+		return // the store is closed
+	}
 	defer b.Close()
 	_ = b.Set(KeyIntakeSeq, store.U64(wm), nil)
 	if off >= 0 {
@@ -343,7 +390,6 @@ type reconciler struct {
 func (r *reconciler) run(ctx context.Context) {
 	t := time.NewTicker(r.d.opts.ReconcileEvery)
 	defer t.Stop()
-	var holdUntil time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -351,10 +397,10 @@ func (r *reconciler) run(ctx context.Context) {
 		case <-t.C:
 		case <-r.d.wakeRec:
 		}
-		if r.d.now().Before(holdUntil) {
+		if r.d.now().UnixNano() < r.d.holdUntil.Load() {
 			continue
 		}
-		holdUntil = r.pass(ctx)
+		r.pass(ctx)
 	}
 }
 
@@ -382,7 +428,7 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 		select {
 		case r.w.localReq <- req:
 			if err := <-req.reply; err != nil {
-				r.d.log.Warn("reconciler: local half still failing", "records", len(needLocal), "err", err)
+				r.d.warn("reconciler: local half still failing", "records", len(needLocal), "err", err)
 			}
 		case <-ctx.Done():
 			return time.Time{}
@@ -410,8 +456,14 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 		pos, err := r.d.in.PublishBatch(pctx, recs)
 		cancel()
 		r.d.observePublish(time.Since(start), err)
-		r.d.gate.result(err == nil, r.d.now())
+		if err == nil {
+			// A confirmed republish shows the log is back; a failed one is
+			// not counted, so the gate's probe accounting stays the commit
+			// path's own.
+			r.d.gate.result(true, r.d.now())
+		}
 		if err != nil {
+			r.d.hold(err)
 			class, retryAfter := intake.ClassOf(err)
 			if class == intake.Permanent || class == intake.NotFound {
 				r.d.pending.mu.Lock()
@@ -420,7 +472,7 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 				}
 				r.d.pending.mu.Unlock()
 			}
-			r.d.log.Warn("reconciler: republish failed; will retry", "records", n, "class", class.String(), "err", err)
+			r.d.warn("reconciler: republish failed; will retry", "records", n, "class", class.String(), "err", err)
 			if class == intake.Throttled && retryAfter > 0 {
 				return r.d.now().Add(retryAfter)
 			}

@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,16 +30,6 @@ import (
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
-
-// rcKnownBug skips a test that documents a reported, unfixed bug unless
-// ANKUSA_RUN_KNOWN_BUGS=1 (the convention of test/e2e). Remove the call
-// once the bug is fixed.
-func rcKnownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("ANKUSA_RUN_KNOWN_BUGS") != "1" {
-		t.Skip("known bug (set ANKUSA_RUN_KNOWN_BUGS=1 to run): " + what)
-	}
-}
 
 // rcClock is a clock that moves only when the test says so: the age of a
 // pending entry and a Retry-After hold are then exact, with no sleep.
@@ -485,7 +474,6 @@ func TestReconciler_ThrottledHonoursRetryAfter(t *testing.T) {
 // A Throttled answer to the commit's own publish carries a RetryAfter too;
 // the reconciler that picks the carried record up must honour it.
 func TestReconciler_ThrottledCommitPublishHonoursRetryAfter(t *testing.T) {
-	rcKnownBug(t, "dualGroup.resolve drops the Throttled RetryAfter of the commit's publish; reconciler.run republishes at once")
 	clock := newRCClock()
 	e, obs := newRCDual(t, queue.Options{Now: clock.now}, nil)
 	e.log.FailNextError(1, &intake.Error{Class: intake.Throttled, RetryAfter: 200 * time.Millisecond, Err: errors.New("slow down")})
@@ -649,7 +637,6 @@ func TestDual_GroupPassesPerItemIntakeResults(t *testing.T) {
 // Queue.Close must stay safe to call again after the store is closed (app
 // shutdown paths close in that order after a failed Start).
 func TestDual_CloseAfterStoreClosedDoesNotPanic(t *testing.T) {
-	rcKnownBug(t, "writer.flushMarks dereferences the nil batch store.NewBatch returns once the store is closed")
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
 	lg, err := memory.Open(memory.Options{Dir: t.TempDir(), Node: "node-a"})
 	if err != nil {

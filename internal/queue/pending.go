@@ -61,11 +61,19 @@ func (p *pendingSet) room(n int, size int64) bool {
 	return len(p.bySeq)+n <= p.maxRecs && p.bytes+size <= p.maxBytes
 }
 
-func (p *pendingSet) hasDedupe(k string) bool {
+// hasDedupe reports whether an unconfirmed original holds dedupe key k.
+// An original stuck past the reconcile deadline no longer holds it (ADR
+// section 3, rule 3): the provider's retry is admitted as a new hook with
+// the same idempotency key — the one sanctioned second hook id, never an
+// acked loss — while the reconciler keeps completing the stuck one.
+func (p *pendingSet) hasDedupe(k string, now time.Time, deadline time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, ok := p.byDedupe[k]
-	return ok
+	e, ok := p.byDedupe[k]
+	if !ok {
+		return false
+	}
+	return e.inflight || now.Sub(e.firstAt) <= deadline
 }
 
 func (p *pendingSet) add(es []*pendingEntry) {

@@ -258,7 +258,7 @@ func (w *writer) commit(items []*item) {
 			}
 			// Under dual the pending set is consulted before the store rows:
 			// an unconfirmed original must never be answered 201 duplicate.
-			if dual && w.dual.pending.hasDedupe(string(uk)) {
+			if dual && w.dual.pending.hasDedupe(string(uk), now, w.dual.opts.ReconcileDeadline) {
 				w.dual.obs.IntakeRefused("pending_dedupe")
 				w.b.answer(it, outcome{err: ErrIntakePending})
 				continue

@@ -35,6 +35,9 @@ type headerJSON struct {
 	Value string `json:"value"`
 }
 
+// credentialHeaders are never forwarded to queue consumers.
+var credentialHeaders = map[string]bool{"authorization": true, "proxy-authorization": true, "cookie": true}
+
 // EncodeJSON is the message JSON of m.
 func EncodeJSON(m *Message) []byte {
 	j := messageJSON{
@@ -51,6 +54,11 @@ func EncodeJSON(m *Message) []byte {
 		j.ReplayID = &m.ReplayID
 	}
 	for _, h := range m.Headers {
+		if credentialHeaders[h.Name] {
+			// The provider's credentials to Ankusa are not the consumer's
+			// business, and a topic is read by many.
+			continue
+		}
 		j.Headers = append(j.Headers, headerJSON{h.Name, h.Value})
 	}
 	b, _ := json.Marshal(j) // cannot fail: strings, ints and bools only

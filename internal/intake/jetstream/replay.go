@@ -25,6 +25,15 @@ const (
 	replayInactive = time.Minute
 	// cleanupTimeout bounds that delete.
 	cleanupTimeout = 2 * time.Second
+	// replayPullExpiry and replayHeartbeat make a lost pull request cost
+	// 2 × replayHeartbeat: the consumer's first pull can reach the server
+	// hosting the consumer before its interest did (routes propagate it
+	// asynchronously) and is then dropped (no responders); the client only
+	// notices through missing heartbeats, and recreates the consumer from
+	// its cursor. The client's default for an ordered consumer is 5 s, 10 s
+	// of stall.
+	replayPullExpiry = 5 * time.Second
+	replayHeartbeat  = 500 * time.Millisecond
 	// replayIdleCheck is how long a replay waits for a message before it
 	// reads the end again.
 	replayIdleCheck = 2 * time.Second
@@ -75,7 +84,8 @@ func (in *Intake) Replay(ctx context.Context, from intake.Position, fn func(inta
 	if err != nil {
 		return in.classifyAPI(ctx, op, err)
 	}
-	it, err := cons.Messages(natsjs.PullMaxMessages(replayBuffer))
+	it, err := cons.Messages(natsjs.PullMaxMessages(replayBuffer),
+		natsjs.PullExpiry(replayPullExpiry), natsjs.PullHeartbeat(replayHeartbeat))
 	if err != nil {
 		return in.classifyAPI(ctx, op, err)
 	}

@@ -435,6 +435,11 @@ func (in *Intake) PublishBatch(ctx context.Context, recs []intake.Record) (intak
 		offsets[o.i] = o.offset
 	}
 	if firstErr != nil {
+		if errors.Is(firstErr, context.Canceled) || errors.Is(firstErr, context.DeadlineExceeded) {
+			// The client failed the record on ctx (it may have been
+			// in flight): the same unknown outcome as the wait below.
+			firstErr = fmt.Errorf("%w: %w", ErrAckLost, firstErr)
+		}
 		return -1, classify("produce", in.topic, firstErr)
 	}
 	last := offsets[len(offsets)-1]

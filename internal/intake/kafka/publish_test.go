@@ -391,6 +391,7 @@ func TestPublish_ClusterGoneIsUnavailable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, err := in.PublishBatch(ctx, []intake.Record{rec(node, 2)})
+	t.Log(err)
 	wantClass(t, err, intake.Unavailable)
 }
 

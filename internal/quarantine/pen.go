@@ -1,0 +1,347 @@
+// Package quarantine is the durable pen for hooks that failed verification
+// on a source with on_verify_failure: quarantine (CONTRACTS "Verification").
+//
+// A held hook is one row in the store's 'p' family, written with one synced
+// batch before the edge answers 202. The pen never evicts: past MaxBytes a
+// hold is refused (503 quarantine_full), and each source spends a token
+// bucket per hold (429 quarantine_rate_limited), so a forged flood costs
+// the pen's budget and never a real hook's slot. Operators list and purge
+// the pen (GET/DELETE /v1/quarantine) and release it through a replay job
+// of kind quarantine (Release), which re-verifies each hook with the
+// source's current secrets and commits those that pass under their
+// original ids.
+package quarantine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ankusa/ankusa/internal/edge"
+	"github.com/ankusa/ankusa/internal/ratelimit"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// Defaults of Options, the config defaults (CONTRACTS "Verification").
+const (
+	DefaultMaxBytes int64   = 1 << 30
+	DefaultRate     float64 = 20
+	DefaultBurst            = 100
+)
+
+// List limits.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// ErrUnfiltered: Purge was given no criterion and not All.
+var ErrUnfiltered = errors.New("quarantine: purge needs a source, an id, a time range, or all")
+
+// RateLimitedError is Hold's answer past a source's token bucket; the edge
+// answers 429 quarantine_rate_limited with Retry-After from RetryAfter.
+type RateLimitedError struct {
+	SourceID string
+	Wait     time.Duration
+}
+
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("quarantine: source %q over its pen rate; retry after %s", e.SourceID, e.Wait)
+}
+
+// RetryAfter is how long until the source's bucket holds a token.
+func (e *RateLimitedError) RetryAfter() time.Duration { return e.Wait }
+
+// Options configure a Pen. Zero values take the defaults.
+type Options struct {
+	// MaxBytes bounds the bodies held, node-wide (quarantine.max_bytes).
+	MaxBytes int64
+	// Rate and Burst shape each source's token bucket (quarantine.rate,
+	// quarantine.burst).
+	Rate  float64
+	Burst int
+	// Now is the buckets' clock; nil means time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Pen is the quarantine pen over one store. It is safe for concurrent use.
+type Pen struct {
+	st      *store.Store
+	o       Options
+	buckets *ratelimit.Buckets
+	log     *slog.Logger
+
+	// mu guards the counters. Hold reserves its bytes under mu before it
+	// writes and gives them back if the write fails, so concurrent holds
+	// can never together pass MaxBytes.
+	mu      sync.Mutex
+	bytes   int64
+	records int
+
+	// delMu serialises every delete (Purge, Release): a deleter reads the
+	// rows it removes under it, so no row's bytes are given back twice.
+	delMu sync.Mutex
+}
+
+// New opens the pen over st and scans it once for its current size.
+func New(st *store.Store, o Options) (*Pen, error) {
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.Rate <= 0 {
+		o.Rate = DefaultRate
+	}
+	if o.Burst <= 0 {
+		o.Burst = DefaultBurst
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	p := &Pen{
+		st: st, o: o,
+		buckets: ratelimit.NewBuckets(o.Rate, o.Burst, o.Now),
+		log:     o.Logger.With("component", "quarantine"),
+	}
+	corrupt := 0
+	err := st.Scan([]byte{PrefixPen}, []byte{PrefixPen + 1}, func(k, v []byte) bool {
+		if _, err := parseRow(v); err != nil {
+			corrupt++
+		}
+		p.records++
+		p.bytes += accounted(v)
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("quarantine: scan pen: %w", err)
+	}
+	if corrupt > 0 {
+		p.log.Warn("pen holds rows that do not parse; purge them", "rows", corrupt)
+	}
+	return p, nil
+}
+
+// Stats returns how many hooks the pen holds and their accounted bytes.
+func (p *Pen) Stats() (records int, bytes int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.records, p.bytes
+}
+
+// MaxBytes is the pen's byte bound.
+func (p *Pen) MaxBytes() int64 { return p.o.MaxBytes }
+
+var _ edge.Quarantine = (*Pen)(nil)
+
+// Hold writes env to the pen with one synced batch: nil means it is
+// durable. Past the source's bucket it returns a *RateLimitedError; past
+// MaxBytes, edge.ErrQuarantineFull (nothing is evicted). The bytes counted
+// are the body's (quarantine.max_bytes bounds bodies).
+func (p *Pen) Hold(ctx context.Context, env *store.Envelope, reason string) error {
+	if env == nil || env.ID == ([16]byte{}) {
+		return errors.New("quarantine: hold needs an envelope with an id")
+	}
+	if ok, wait := p.buckets.Take(env.Source); !ok {
+		return &RateLimitedError{SourceID: env.Source, Wait: wait}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	size := int64(len(env.Body))
+	p.mu.Lock()
+	if p.bytes+size > p.o.MaxBytes {
+		p.mu.Unlock()
+		return edge.ErrQuarantineFull
+	}
+	p.bytes += size
+	p.records++
+	p.mu.Unlock()
+
+	err := p.write(env, reason)
+	if err != nil {
+		p.mu.Lock()
+		p.bytes -= size
+		p.records--
+		p.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+func (p *Pen) write(env *store.Envelope, reason string) error {
+	b := p.st.NewBatch()
+	if b == nil {
+		return store.ErrClosed
+	}
+	defer b.Close()
+	ms := time.Unix(0, env.ReceivedAt).UnixMilli()
+	if err := b.Set(penKey(ms, env.ID), encodeRow(env, reason), nil); err != nil {
+		return fmt.Errorf("quarantine: hold: %w", err)
+	}
+	if err := p.st.ApplySync(b); err != nil {
+		return fmt.Errorf("quarantine: hold: %w", err)
+	}
+	return nil
+}
+
+// Held describes one held hook, without its body.
+type Held struct {
+	ID          string    `json:"id"`
+	SourceID    string    `json:"source_id"`
+	TenantID    string    `json:"tenant_id"`
+	ReceivedAt  time.Time `json:"received_at"`
+	Size        int64     `json:"size"`
+	ContentType string    `json:"content_type"`
+	Reason      string    `json:"reason"`
+}
+
+// Filter narrows List. Since and Until bound received_at, both inclusive,
+// at millisecond precision; zero means open.
+type Filter struct {
+	SourceID     string
+	Since, Until time.Time
+	// Limit caps the entries returned: default 100, at most 1000.
+	Limit int
+}
+
+// rangeOf is the key range of received_at in [since, until].
+func rangeOf(since, until time.Time) (lower, upper []byte) {
+	lower, upper = []byte{PrefixPen}, []byte{PrefixPen + 1}
+	if !since.IsZero() {
+		lower = timeBound(max(since.UnixMilli(), 0))
+	}
+	if !until.IsZero() {
+		upper = timeBound(max(until.UnixMilli()+1, 0))
+	}
+	return lower, upper
+}
+
+// List returns how many held hooks match f and the newest Limit of them,
+// newest first.
+func (p *Pen) List(f Filter) (total int, entries []Held, err error) {
+	if f.Limit <= 0 {
+		f.Limit = DefaultListLimit
+	}
+	f.Limit = min(f.Limit, MaxListLimit)
+	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
+		return 0, nil, nil
+	}
+	lower, upper := rangeOf(f.Since, f.Until)
+	// The scan runs oldest first; ring keeps the newest Limit matches.
+	ring := make([]Held, f.Limit)
+	err = p.st.Scan(lower, upper, func(k, v []byte) bool {
+		_, id, ok := parseKey(k)
+		if !ok {
+			return true
+		}
+		r, perr := parseRow(v)
+		if perr != nil {
+			if f.SourceID == "" {
+				ring[total%f.Limit] = Held{ID: uuid.UUID(id).String(), Reason: "corrupt_row"}
+				total++
+			}
+			return true
+		}
+		if f.SourceID != "" && string(r.source) != f.SourceID {
+			return true
+		}
+		ring[total%f.Limit] = Held{
+			ID: uuid.UUID(id).String(), SourceID: string(r.source), TenantID: string(r.tenant),
+			ReceivedAt: time.Unix(0, r.receivedAtNs).UTC(), Size: r.size,
+			ContentType: string(r.contentType), Reason: string(r.reason),
+		}
+		total++
+		return true
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("quarantine: list: %w", err)
+	}
+	n := min(total, f.Limit)
+	entries = make([]Held, 0, n)
+	for i := range n {
+		entries = append(entries, ring[(total-1-i)%f.Limit])
+	}
+	return total, entries, nil
+}
+
+// PurgeFilter selects the held hooks Purge deletes: every given criterion
+// must match (source, id, received_at in [Since, Until], either end open).
+// With no criterion Purge refuses (ErrUnfiltered) unless All is set.
+type PurgeFilter struct {
+	SourceID     string
+	ID           [16]byte // zero: any
+	Since, Until time.Time
+	All          bool
+}
+
+func (f PurgeFilter) empty() bool {
+	return f.SourceID == "" && f.ID == ([16]byte{}) && f.Since.IsZero() && f.Until.IsZero()
+}
+
+// Purge deletes the held hooks f selects, in one synced batch, and returns
+// how many it deleted.
+func (p *Pen) Purge(f PurgeFilter) (int, error) {
+	if f.empty() && !f.All {
+		return 0, ErrUnfiltered
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
+		return 0, nil
+	}
+	lower, upper := rangeOf(f.Since, f.Until)
+	p.delMu.Lock()
+	defer p.delMu.Unlock()
+	b := p.st.NewBatch()
+	if b == nil {
+		return 0, store.ErrClosed
+	}
+	defer b.Close()
+	n := 0
+	var freed int64
+	err := p.st.Scan(lower, upper, func(k, v []byte) bool {
+		_, id, ok := parseKey(k)
+		if !ok {
+			return true
+		}
+		if f.ID != ([16]byte{}) && id != f.ID {
+			return true
+		}
+		if f.SourceID != "" {
+			r, perr := parseRow(v)
+			if perr != nil || string(r.source) != f.SourceID {
+				return true
+			}
+		}
+		_ = b.Delete(k, nil) // the batch copies k
+		n++
+		freed += accounted(v)
+		return true
+	})
+	if err != nil {
+		return 0, fmt.Errorf("quarantine: purge: %w", err)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if err := p.st.ApplySync(b); err != nil {
+		return 0, fmt.Errorf("quarantine: purge: %w", err)
+	}
+	p.forget(n, freed)
+	p.log.Info("quarantine purged", "rows", n, "bytes", freed)
+	return n, nil
+}
+
+// forget takes deleted rows off the counters.
+func (p *Pen) forget(n int, freed int64) {
+	p.mu.Lock()
+	p.records -= n
+	p.bytes -= freed
+	p.mu.Unlock()
+}

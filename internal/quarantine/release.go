@@ -1,0 +1,236 @@
+package quarantine
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ankusa/ankusa/internal/edge"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// Submitter is the commit path a release goes through (the queue).
+type Submitter interface {
+	Submit(ctx context.Context, rec *queue.Record) (queue.Result, error)
+}
+
+// maxExamine bounds the rows one step passes over, so a job filtered to one
+// source cannot spend a step scanning a pen full of other sources' rows.
+const maxExamine = 10_000
+
+// Release releases held hooks for replay jobs of kind quarantine; it
+// implements dispatch.Releaser.
+//
+// Each held hook is re-verified with its source's current verifier (the one
+// sources returns now, so a rotated secret applies) and with the clock set
+// to the hook's receive time: a timestamped scheme judges the timestamp
+// against when the hook arrived, not against when the operator released
+// it. A hook that passes is committed through the queue under its original
+// id and receive time, with the source's current sinks and dedupe key, and
+// then deleted from the pen. A hook that still fails (or whose source is no
+// longer configured, or whose row does not decode) stays in the pen and is
+// counted skipped; the cursor moves past it.
+//
+// The commit comes before the delete: a crash between the two leaves a
+// committed hook in the pen. The next release finds its id already in the
+// store and only deletes the row, so a hook is never committed twice.
+type Release struct {
+	pen     *Pen
+	sources func(id string) (*edge.Source, bool)
+	q       Submitter
+	mu      sync.Mutex // one step at a time
+}
+
+// NewRelease builds the releaser. sources returns a source's current
+// configuration; q is the commit path.
+func NewRelease(pen *Pen, sources func(id string) (*edge.Source, bool), q Submitter) *Release {
+	return &Release{pen: pen, sources: sources, q: q}
+}
+
+type item struct {
+	key []byte
+	val []byte // nil: passed over (another source's row)
+}
+
+// Release handles up to n held hooks of sourceID ("" for every source) with
+// keys after cursor and received_at <= untilMs, in key order. It returns
+// how many it committed and skipped, the key of the last row it passed (nil
+// if none: keep the old cursor), and done when no such row remains after
+// it. A commit error stops the step: next is then the key before the row
+// that failed, so that row is tried again by the next step.
+func (r *Release) Release(ctx context.Context, sourceID string, cursor []byte, untilMs int64, n int) (moved, skipped int, next []byte, done bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n = max(n, 1)
+	lower := []byte{PrefixPen}
+	if len(cursor) > 0 {
+		lower = append(append(make([]byte, 0, len(cursor)+1), cursor...), 0) // strictly after
+	}
+	upper := timeBound(max(untilMs, -1) + 1)
+	if bytes.Compare(lower, upper) >= 0 {
+		return 0, 0, nil, true, nil
+	}
+
+	var items []item
+	matched := 0
+	done = true
+	serr := r.pen.st.Scan(lower, upper, func(k, v []byte) bool {
+		match := true
+		if sourceID != "" {
+			row, perr := parseRow(v)
+			match = perr == nil && string(row.source) == sourceID
+		}
+		if match && matched == n {
+			done = false // one more to do: the next step's
+			return false
+		}
+		it := item{key: append([]byte(nil), k...)}
+		if match {
+			it.val = append([]byte(nil), v...)
+			matched++
+		}
+		items = append(items, it)
+		if len(items) >= maxExamine {
+			done = false
+			return false
+		}
+		return true
+	})
+	if serr != nil {
+		return 0, 0, nil, false, fmt.Errorf("quarantine: release scan: %w", serr)
+	}
+
+	var committed [][]byte
+	for _, it := range items {
+		if it.val != nil {
+			ok, rerr := r.releaseOne(ctx, it)
+			if rerr != nil {
+				err, done = rerr, false
+				break
+			}
+			if ok {
+				committed = append(committed, it.key)
+			} else {
+				skipped++
+			}
+		}
+		next = it.key
+	}
+	if len(committed) > 0 {
+		if _, derr := r.pen.remove(committed); derr != nil {
+			// The hooks are committed but still held: the next step finds
+			// their ids in the store and only deletes the rows.
+			return 0, 0, nil, false, fmt.Errorf("quarantine: release delete: %w", derr)
+		}
+	}
+	moved = len(committed)
+	if moved > 0 || skipped > 0 {
+		r.pen.log.Info("quarantine release step", "source", sourceID, "moved", moved, "skipped", skipped, "done", done)
+	}
+	return moved, skipped, next, done, err
+}
+
+// releaseOne re-verifies and commits one held hook. ok false means it stays
+// held (skipped); an error means the commit path failed and the step stops.
+func (r *Release) releaseOne(ctx context.Context, it item) (ok bool, err error) {
+	_, kid, _ := parseKey(it.key)
+	log := r.pen.log.With("id", uuid.UUID(kid).String())
+	row, err := parseRow(it.val)
+	if err != nil {
+		log.Warn("held hook does not parse; left in the pen", "err", err)
+		return false, nil
+	}
+	env, err := store.DecodeEnvelope(row.envelope)
+	if err != nil {
+		log.Warn("held hook does not decode; left in the pen", "err", err)
+		return false, nil
+	}
+	src, found := r.sources(env.Source)
+	if !found || src == nil {
+		log.Info("held hook's source is not configured; left in the pen", "source", env.Source)
+		return false, nil
+	}
+	h := httpHeader(env.Headers)
+	receivedAt := time.Unix(0, env.ReceivedAt)
+	if src.Verifier != nil {
+		if verr := src.Verifier.Verify(h, env.Body, receivedAt); verr != nil {
+			log.Debug("held hook still fails verification", "source", env.Source, "err", verr)
+			return false, nil
+		}
+	}
+	v, err := r.pen.st.Get(store.HookIDKey(env.ID))
+	if err != nil {
+		return false, fmt.Errorf("quarantine: release: %w", err)
+	}
+	if v != nil {
+		return true, nil // committed by an earlier step that crashed before its delete
+	}
+	rec := &queue.Record{
+		ID:          env.ID,
+		ReceivedAt:  receivedAt,
+		Tenant:      env.Tenant,
+		Source:      env.Source,
+		ContentType: env.ContentType,
+		Headers:     env.Headers,
+		Body:        env.Body,
+		Sinks:       src.Sinks,
+	}
+	if k := src.Dedupe.Key(h, env.Body); k != "" {
+		rec.DedupeKey, rec.DedupeTTL = k, src.Dedupe.TTL()
+	}
+	if _, err := r.q.Submit(ctx, rec); err != nil {
+		return false, fmt.Errorf("quarantine: release commit: %w", err)
+	}
+	return true, nil
+}
+
+// httpHeader rebuilds a request's header from the stored (lower-case)
+// names, in canonical form as verifiers and extractors expect.
+func httpHeader(hs []store.Header) http.Header {
+	h := make(http.Header, len(hs))
+	for _, x := range hs {
+		k := http.CanonicalHeaderKey(x.Name)
+		h[k] = append(h[k], x.Value)
+	}
+	return h
+}
+
+// remove deletes the given rows that still exist, in one synced batch, and
+// takes them off the counters.
+func (p *Pen) remove(keys [][]byte) (int, error) {
+	p.delMu.Lock()
+	defer p.delMu.Unlock()
+	b := p.st.NewBatch()
+	if b == nil {
+		return 0, store.ErrClosed
+	}
+	defer b.Close()
+	n := 0
+	var freed int64
+	for _, k := range keys {
+		v, err := p.st.Get(k)
+		if err != nil {
+			return 0, err
+		}
+		if v == nil {
+			continue // purged meanwhile
+		}
+		_ = b.Delete(k, nil)
+		n++
+		freed += accounted(v)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if err := p.st.ApplySync(b); err != nil {
+		return 0, err
+	}
+	p.forget(n, freed)
+	return n, nil
+}

@@ -1,0 +1,82 @@
+package sources
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/ankusa/ankusa/internal/sink"
+)
+
+// errRetired answers an attempt that picked a sink up just as it was
+// replaced or removed. It is transient on purpose: the retry finds the
+// current target (the new sink, or none, which dead-letters the row).
+var errRetired = errors.New("sink was reconfigured or removed through the operator API as the attempt started")
+
+// guarded wraps an API source's sink so that it can be retired while
+// dispatch workers may still hold it: the dispatcher hands a target to a
+// worker before the worker calls Deliver, so a replaced sink can be called
+// after SetTarget returned. Close marks the sink retired and closes the
+// inner sink once no attempt uses it, which keeps the sink.Sink contract
+// (Deliver is never called after Close). Close is idempotent.
+type guarded struct {
+	id    string // the sink id within its source
+	inner sink.Sink
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	active  int
+	retired bool
+	closed  bool
+}
+
+func newGuarded(id string, s sink.Sink, log *slog.Logger) *guarded {
+	return &guarded{id: id, inner: s, log: log}
+}
+
+func (g *guarded) Deliver(ctx context.Context, m *sink.Message) error {
+	g.mu.Lock()
+	if g.retired {
+		g.mu.Unlock()
+		return errRetired
+	}
+	g.active++
+	g.mu.Unlock()
+
+	err := g.inner.Deliver(ctx, m)
+
+	g.mu.Lock()
+	g.active--
+	last := g.retired && g.active == 0 && !g.closed
+	if last {
+		g.closed = true
+	}
+	g.mu.Unlock()
+	if last {
+		if cerr := g.inner.Close(); cerr != nil {
+			g.log.Warn("closing a retired sink failed", "sink", g.id, "err", cerr)
+		}
+	}
+	return err
+}
+
+// Close retires the sink; the inner sink is closed now if idle, else when
+// its last attempt returns.
+func (g *guarded) Close() error {
+	g.mu.Lock()
+	if g.retired {
+		g.mu.Unlock()
+		return nil
+	}
+	g.retired = true
+	now := g.active == 0
+	if now {
+		g.closed = true
+	}
+	g.mu.Unlock()
+	if now {
+		return g.inner.Close()
+	}
+	return nil
+}
