@@ -114,6 +114,7 @@ func Default() *Config {
 // (batcher.max_delay_ms: 0, admin.port: 0), and a deliberate out-of-range
 // value should reach Validate rather than be silently replaced.
 func applyDefaults(c *Config, given func(key string) bool) {
+	applyBackupDefaults(c, given)
 	n := &c.Node
 	if !given("node.instance") {
 		n.Instance = hostname()

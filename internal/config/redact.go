@@ -18,6 +18,9 @@ func shownInClear() []string {
 	return []string{
 		"node.instance",
 		"node.data_dir",
+		"backup.primary",
+		"backup.secondary",
+		"backup.prefix",
 		"node.roles[]",
 		"http.ip",
 		"http.routing",

@@ -21,6 +21,7 @@ type Config struct {
 	WAL      WALConfig      `yaml:"wal" json:"wal"`
 	Dedupe   DedupeConfig   `yaml:"dedupe" json:"dedupe"`
 	Intake   IntakeConfig   `yaml:"intake" json:"intake"`
+	Backup   BackupConfig   `yaml:"backup" json:"backup"`
 	Dispatch DispatchConfig `yaml:"dispatch" json:"dispatch"`
 	Retry    RetryConfig    `yaml:"retry" json:"retry"`
 	// Quarantine bounds the pen of hooks that failed verification on a
