@@ -25,6 +25,10 @@ func run(args []string) int {
 		return serve(args)
 	case "bench":
 		return bench(args)
+	case "recover":
+		return recoverCmd(args)
+	case "backup":
+		return backupCmd(args)
 	case "version":
 		fmt.Println("ankusa", version)
 		return 0
@@ -43,6 +47,9 @@ func usage() {
 
 commands:
   serve     run the receiver (default); --config FILE (or $ANKUSA_CONFIG, then ./ankusa.yml, then the built-in demo)
+  recover   replay the intake log into a stopped node's store (wal.type: dual):
+            --config F [--node ID] [--from OFFSET|earliest|backup] [--dry-run] [--allow-gap]
+  backup    now|list|verify --config F: back up a stopped node, list or verify the backups
   bench     closed-loop load against disk mode and a null handler in one run
   version   print the version
 `)

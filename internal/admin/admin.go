@@ -17,6 +17,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dispatch"
+	"github.com/ankusa/ankusa/internal/quarantine"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/ratelimit"
 	"github.com/ankusa/ankusa/internal/store"
@@ -30,6 +31,8 @@ type Deps struct {
 	Queue  *queue.Queue
 	// Dispatch, when set, serves /v1/dlq and /v1/replays.
 	Dispatch *dispatch.Dispatcher
+	// Quarantine, when set, serves GET/DELETE /v1/quarantine.
+	Quarantine *quarantine.Pen
 	// RateLimits, when set, serves /v1/rate-limits and /v1/tenants/{t}/rate-limit.
 	RateLimits *ratelimit.Overrides
 	Registry   *prometheus.Registry
@@ -83,6 +86,7 @@ func New(d Deps) http.Handler {
 	if d.RateLimits != nil {
 		routeRateLimits(mux, a)
 	}
+	QuarantineRoutes(mux, d.Quarantine, d.Logger) // a nil pen routes nothing
 	return jsonErrors(mux)
 }
 

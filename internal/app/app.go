@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -24,6 +25,7 @@ import (
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/metrics"
+	"github.com/ankusa/ankusa/internal/quarantine"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/ratelimit"
 	"github.com/ankusa/ankusa/internal/store"
@@ -48,20 +50,23 @@ const ExitStoreFatal = 75
 
 // Instance is one running node.
 type Instance struct {
-	cfg     *config.Config
-	log     *slog.Logger
-	store   *store.Store
-	queue   *queue.Queue
-	disp    *dispatch.Dispatcher
-	targets map[uint16]dispatch.Target
-	intake  intake.Intake // nil under wal.type: disk
-	metrics *metrics.Metrics
-	reg     *prometheus.Registry
-	version string
-	opts    Options
-	nums    map[store.SinkRef]uint16
-	limiter *ratelimit.GCRA
-	sources *edge.Registry
+	cfg      *config.Config
+	log      *slog.Logger
+	store    *store.Store
+	queue    *queue.Queue
+	disp     *dispatch.Dispatcher
+	targets  map[uint16]dispatch.Target
+	intake   intake.Intake // nil under wal.type: disk
+	metrics  *metrics.Metrics
+	reg      *prometheus.Registry
+	version  string
+	opts     Options
+	nums     map[store.SinkRef]uint16
+	restored bool // the store came from a backup at this boot
+	stopped  atomic.Bool
+	backups  *backupLoop // nil unless backup.enabled
+	limiter  *ratelimit.GCRA
+	sources  *edge.Registry
 
 	ingest, adminSrv  *http.Server
 	ingestLn, adminLn net.Listener
@@ -82,11 +87,33 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 
 	// A 64 MiB memtable: hooks are written and, once delivered, deleted soon
 	// after, so most never need flushing; measured ~25% less CPU per 201.
-	st, err := store.Open(store.Options{Dir: filepath.Join(cfg.Node.DataDir, "store"), FS: o.FS, Logger: o.Logger, MemTableSize: 64 << 20})
+	storeDir := filepath.Join(cfg.Node.DataDir, "store")
+	if o.FS == nil {
+		restored, err := restoreIfEmpty(context.Background(), cfg, storeDir, o.Logger)
+		if err != nil {
+			return nil, err
+		}
+		in.restored = restored
+	}
+	st, err := store.Open(store.Options{Dir: storeDir, FS: o.FS, Logger: o.Logger, MemTableSize: 64 << 20})
 	if err != nil {
 		return nil, err
 	}
 	in.store = st
+	if in.restored {
+		if err := mintIncarnation(st, storeDir); err != nil {
+			_ = st.Close()
+			return nil, err
+		}
+	}
+	if cfg.Backup.Enabled {
+		in.backups, err = newBackupLoop(context.Background(), cfg, st, in.metrics.BackupRun, o.Logger)
+		if err != nil {
+			_ = st.Close()
+			return nil, fmt.Errorf("backups: %w", err)
+		}
+		in.metrics.WatchBackupAge(in.backups.age) // registers the runs counter too, before the first run
+	}
 
 	var refs []store.SinkRef
 	for id, sc := range cfg.Sources {
@@ -127,7 +154,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 			return nil, fmt.Errorf("open intake: %w", err)
 		}
 		in.metrics.InitIntake(func() (queue.DualStats, bool) { return in.queue.Dual() })
-		dual = dualOptions(cfg, in.intake, in.metrics)
+		dual = dualOptions(cfg, in.intake, incarnation(st), in.metrics)
 	}
 	b := cfg.Batcher
 	q, err := queue.New(st, queue.Options{
@@ -156,6 +183,17 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		return nil, err
 	}
 	in.queue = q
+	pen, err := quarantine.New(st, quarantine.Options{
+		MaxBytes: cfg.Quarantine.MaxBytes, Rate: cfg.Quarantine.Rate, Burst: cfg.Quarantine.Burst, Logger: o.Logger,
+	})
+	if err != nil {
+		closeTargets(targets)
+		in.closeIntake()
+		_ = st.Close()
+		return nil, err
+	}
+	// in.sources is set below, before anything runs; the release reads it late.
+	release := quarantine.NewRelease(pen, func(id string) (*edge.Source, bool) { return in.sources.Get(id) }, q)
 	dc, rc := cfg.Dispatch, cfg.Retry
 	disp = dispatch.New(st, dispatch.Options{
 		Concurrency:      dc.Concurrency,
@@ -172,6 +210,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 			MaxAttempts: rc.MaxAttempts,
 		},
 		Targets:   targets,
+		Release:   release,
 		Durable:   q.Durable,
 		OnReclaim: q.Reclaimed,
 		Observer:  in.metrics,
@@ -181,7 +220,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	in.metrics.WatchDispatch(disp.Gauges)
 	in.metrics.WatchQueue(q.Stats, st.DiskBytes)
 
-	deps := admin.Deps{Config: cfg, Store: st, Queue: q, Dispatch: disp, Registry: in.reg, Version: o.Version, Logger: o.Logger}
+	deps := admin.Deps{Config: cfg, Store: st, Queue: q, Dispatch: disp, Quarantine: pen, Registry: in.reg, Version: o.Version, Logger: o.Logger}
 	ready := admin.NewReadiness(deps)
 	deps.Readiness = ready // one probe cache for both ports
 	ingestMux := http.NewServeMux()
@@ -210,6 +249,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
 		Sources:      in.sources,
 		Limiter:      in.limiter,
+		Quarantine:   pen,
 		Committer:    q,
 		Observer:     in.metrics,
 		Logger:       o.Logger,
@@ -271,8 +311,16 @@ func (in *Instance) StartContext(ctx context.Context) error {
 		if _, err := in.recoverOnBoot(ctx); err != nil {
 			return err
 		}
+		// The replay wrote hooks under their own seqs: the writer must
+		// start above them, and they are durable (synced chunks).
+		if err := in.queue.Reload(); err != nil {
+			return err
+		}
 	}
 	in.queue.Start()
+	if in.backups != nil {
+		in.backups.start()
+	}
 	if in.hasRole("dispatch") {
 		if err := in.disp.Start(); err != nil {
 			in.queue.Close()
@@ -333,6 +381,11 @@ func (in *Instance) Store() *store.Store { return in.store }
 // (their records are synced by the queue's last fsync), then the store
 // closes.
 func (in *Instance) Stop(ctx context.Context) error {
+	// Idempotent: a second Stop must not take a second "final" backup over
+	// a successor's.
+	if !in.stopped.CompareAndSwap(false, true) {
+		return nil
+	}
 	var errs []error
 	if in.ingest != nil {
 		errs = append(errs, in.ingest.Shutdown(ctx))
@@ -345,6 +398,11 @@ func (in *Instance) Stop(ctx context.Context) error {
 	// groups; the store closes last.
 	in.disp.Stop()
 	in.queue.Close()
+	if in.backups != nil {
+		// A clean stop leaves a final backup: its offset is the log head,
+		// so a replacement replays nothing it did not need to.
+		errs = append(errs, in.backups.stop(ctx))
+	}
 	closeTargets(in.targets)
 	in.closeIntake()
 	errs = append(errs, in.store.Close())

@@ -57,12 +57,12 @@ func stampNode(st *store.Store, node string) error {
 	return nil
 }
 
-func dualOptions(cfg *config.Config, in intake.Intake, obs queue.DualObserver) *queue.DualOptions {
+func dualOptions(cfg *config.Config, in intake.Intake, inc string, obs queue.DualObserver) *queue.DualOptions {
 	ic := cfg.Intake
 	return &queue.DualOptions{
 		Intake:            in,
 		Node:              ic.NodeID,
-		Incarnation:       "0",
+		Incarnation:       inc,
 		PublishTimeout:    time.Duration(ic.PublishTimeoutMs) * time.Millisecond,
 		ReconcileDeadline: time.Duration(ic.ReconcileDeadlineMs) * time.Millisecond,
 		BreakerFailures:   ic.BreakerFailures,
@@ -93,7 +93,10 @@ func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
 		}
 	}
 	origin := queue.OriginExisting
-	if in.store.Created() {
+	switch {
+	case in.restored:
+		origin = queue.OriginRestored
+	case in.store.Created():
 		origin = queue.OriginFresh
 	}
 	sum, err := queue.Recover(ctx, in.store, queue.RecoverOptions{

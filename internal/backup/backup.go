@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -76,16 +77,20 @@ type Options struct {
 	Keep int
 	// Store is checkpointed by every run. Required.
 	Store Checkpointer
-	// IntakeOffset returns the store's m:intake_offset (-1 if none). It is
-	// called before the checkpoint is taken, so the manifest never records
-	// an offset above the checkpoint's. Nil records -1.
+	// IntakeOffset returns the store's m:intake_offset (-1 if none): an
+	// offset whose batch is already applied to the store (read the row, not
+	// an in-flight value). It is called before the checkpoint is taken, so
+	// the manifest never records an offset above the checkpoint's own row
+	// and a replay from it can only re-apply, never skip. Nil records -1.
 	IntakeOffset func() int64
 	// WriterNonce identifies this process to other writers of the prefix;
 	// empty mints a random one. It must differ between two live copies.
 	WriterNonce string
 	// TempDir holds the checkpoint while it uploads. It should be on the
 	// store's filesystem so Pebble hard-links the tables instead of copying
-	// them (e.g. <data_dir>/tmp). Empty means os.TempDir().
+	// them (e.g. <data_dir>/tmp/backup), and private to this Backuper: New
+	// removes the checkpoints a crashed run left there. Empty means
+	// os.TempDir(), where nothing is cleaned up.
 	TempDir string
 	// Now is the clock for manifest ids and times; nil means time.Now.
 	Now func() time.Time
@@ -141,6 +146,8 @@ func New(opts Options) (*Backuper, error) {
 	}
 	if opts.TempDir == "" {
 		opts.TempDir = os.TempDir()
+	} else if err := removeStaleCheckpoints(opts.TempDir); err != nil {
+		return nil, fmt.Errorf("backup: %w", err)
 	}
 	now := opts.Now
 	if now == nil {
@@ -157,6 +164,30 @@ func New(opts Options) (*Backuper, error) {
 		now:     now,
 		entropy: ulid.Monotonic(rand.Reader, 0),
 	}, nil
+}
+
+// tempPattern names the directory of one run's checkpoint under TempDir.
+const tempPattern = "ankusa-backup-"
+
+// removeStaleCheckpoints deletes what crashed runs left under a private
+// TempDir (hard links that would keep deleted tables on disk), creating the
+// directory if needed.
+func removeStaleCheckpoints(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("temp dir: %w", err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), tempPattern) {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return fmt.Errorf("temp dir: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // WriterNonce is this writer's nonce (minted by New if none was given).
@@ -201,7 +232,7 @@ func (b *Backuper) Run(ctx context.Context) (m Manifest, err error) {
 	}
 
 	// 3. Checkpoint into a fresh directory.
-	tmp, err := os.MkdirTemp(b.opts.TempDir, "ankusa-backup-")
+	tmp, err := os.MkdirTemp(b.opts.TempDir, tempPattern+"*")
 	if err != nil {
 		return Manifest{}, fmt.Errorf("backup: temp dir: %w", err)
 	}
@@ -254,6 +285,13 @@ func (b *Backuper) Run(ctx context.Context) (m Manifest, err error) {
 	}
 	b.log.Info("backup taken", logKeyBackup, id, "files", len(m.Files), "bytes", m.Bytes(), "intake_offset", offset)
 	return m, nil
+}
+
+func locationName(i int) string {
+	if i == 0 {
+		return "primary"
+	}
+	return "secondary"
 }
 
 func runResult(err error) string {
@@ -342,7 +380,7 @@ func (b *Backuper) pushLocked(ctx context.Context, i int, loc Store, cp string, 
 		}
 	}
 	// Rule 2: the manifest, then LATEST last.
-	if err := loc.Put(ctx, b.l.manifest(m.ID), strings.NewReader(string(env))); err != nil {
+	if err := loc.Put(ctx, b.l.manifest(m.ID), bytes.NewReader(env)); err != nil {
 		return err
 	}
 	if err := loc.Put(ctx, b.l.latest(), strings.NewReader(m.ID)); err != nil {
@@ -351,7 +389,7 @@ func (b *Backuper) pushLocked(ctx context.Context, i int, loc Store, cp string, 
 	b.last[i] = m.ID
 	// Rule 3: retention only after LATEST moved.
 	if err := retain(ctx, loc, b.l, m.ID, b.opts.Keep, b.log); err != nil {
-		b.log.Warn("backup retention failed; the backup itself is complete", logKeyBackup, m.ID, "location_index", i, logKeyErr, err)
+		b.log.Warn("backup retention failed; the backup itself is complete", logKeyBackup, m.ID, logKeyLocation, locationName(i), logKeyErr, err)
 	}
 	return nil
 }

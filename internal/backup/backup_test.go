@@ -678,3 +678,36 @@ func TestNew_Refuses(t *testing.T) {
 		t.Fatalf("New(ok) = %v, nonce %q", err, b.WriterNonce())
 	}
 }
+
+// TestBackup_TempDir: a run leaves no checkpoint behind, New clears what a
+// crashed run left, and concurrent runs are serialised.
+func TestBackup_TempDir(t *testing.T) {
+	tmp := filepath.Join(t.TempDir(), "tmp", "backup")
+	mustWrite(t, filepath.Join(tmp, "ankusa-backup-123", "checkpoint", "000001.sst"), "stale")
+	mustWrite(t, filepath.Join(tmp, "unrelated"), "kept")
+	loc := locations[1].new(t)
+	b, _ := newBackuper(t, loc, nil, newFakeStore("store-a", gen1), func(o *backup.Options) { o.TempDir = tmp })
+	entries, err := os.ReadDir(tmp)
+	if err != nil || len(entries) != 1 || entries[0].Name() != "unrelated" {
+		t.Fatalf("TempDir after New = %v, %v; want only the unrelated file", entries, err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			_, err := b.Run(context.Background())
+			errs <- err
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if entries, _ := os.ReadDir(tmp); len(entries) != 1 {
+		t.Fatalf("TempDir after runs = %v", entries)
+	}
+	ls, err := backup.List(context.Background(), loc, testPrefix)
+	if err != nil || len(ls) != 3 { // keep 3
+		t.Fatalf("List = %d, %v", len(ls), err)
+	}
+}

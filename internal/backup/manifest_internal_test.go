@@ -95,7 +95,7 @@ func FuzzDecodeManifest(f *testing.F) {
 		if err := json.Unmarshal(b, &e); err != nil {
 			t.Fatalf("accepted an unparsable envelope: %v", err)
 		}
-		if e.Signature != sign(fuzzKey, e.Manifest) {
+		if !strings.EqualFold(e.Signature, sign(fuzzKey, e.Manifest)) {
 			t.Fatalf("accepted signature %q over %q", e.Signature, e.Manifest)
 		}
 		if _, err := decodeManifest(b, nil); err != nil {

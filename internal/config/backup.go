@@ -59,7 +59,7 @@ func (c *Config) validateBackup(v *validator) {
 			continue
 		}
 		u, err := url.Parse(k.val)
-		if err != nil || (u.Scheme != "file" && u.Scheme != "s3" && u.Scheme != "mem") {
+		if err != nil || (u.Scheme != "file" && u.Scheme != "s3") {
 			v.add(k.key, "must be a file:// or s3:// URL")
 			continue
 		}

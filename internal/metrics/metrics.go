@@ -13,6 +13,7 @@
 package metrics
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,6 +92,9 @@ type Metrics struct {
 	intakeFailures   *prometheus.CounterVec   // class
 	intakeRefused    *prometheus.CounterVec   // reason
 	intakeReconciled *prometheus.CounterVec   // half
+
+	backupOnce sync.Once
+	backupRuns *prometheus.CounterVec // result
 
 	deliveries       *prometheus.CounterVec // result, sink
 	deliveryDuration prometheus.Histogram
@@ -392,4 +396,35 @@ func (c *intakeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descIntakeAge, prometheus.GaugeValue, s.Pending.OldestAge.Seconds())
 	ch <- prometheus.MustNewConstMetric(descIntakeStuck, prometheus.GaugeValue, float64(s.Pending.Stuck))
 	ch <- prometheus.MustNewConstMetric(descIntakeReady, prometheus.GaugeValue, ready)
+}
+
+// BackupRun counts one backup run by result (ok | refused | error |
+// secondary_failed). REQUIRES: WatchBackupAge called first (at wiring).
+func (m *Metrics) BackupRun(result string, _ time.Duration) {
+	if m.backupRuns == nil {
+		return // WatchBackupAge registers the series; backups are off
+	}
+	switch result {
+	case "ok", "refused", "error", "secondary_failed":
+	default:
+		result = "error"
+	}
+	m.backupRuns.WithLabelValues(result).Inc()
+}
+
+// WatchBackupAge registers ankusa_backup_age_seconds (0 until the first
+// successful backup of this process).
+func (m *Metrics) WatchBackupAge(age func() time.Duration) {
+	m.backupOnce.Do(func() {
+		m.backupRuns = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ankusa_backup_runs_total", Help: "Backup runs, by result.",
+		}, []string{"result"})
+		for _, r := range []string{"ok", "refused", "error", "secondary_failed"} {
+			m.backupRuns.WithLabelValues(r)
+		}
+		m.reg.MustRegister(m.backupRuns)
+	})
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ankusa_backup_age_seconds", Help: "Age of the newest successful backup taken by this process.",
+	}, func() float64 { return age().Seconds() }))
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,4 +281,32 @@ func TestPurge(t *testing.T) {
 		}
 		stats(t, p, 1, 14)
 	})
+}
+
+// Concurrent holds reserve their bytes before writing: together they never
+// pass MaxBytes, and the counters match the rows.
+func TestHoldConcurrentBound(t *testing.T) {
+	st := memStore(t)
+	p := newPen(t, st, quarantine.Options{MaxBytes: 1000, Burst: 1000})
+	var wg sync.WaitGroup
+	var held, full atomic.Int64
+	for range 50 {
+		wg.Go(func() {
+			err := p.Hold(t.Context(), envelope(t, "a", time.Now(), strings.Repeat("x", 100)), "no_match")
+			switch {
+			case err == nil:
+				held.Add(1)
+			case errors.Is(err, edge.ErrQuarantineFull):
+				full.Add(1)
+			default:
+				t.Errorf("hold: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if held.Load() != 10 || full.Load() != 40 {
+		t.Fatalf("held %d, full %d; want 10, 40", held.Load(), full.Load())
+	}
+	stats(t, p, 10, 1000)
+	stats(t, newPen(t, st, quarantine.Options{}), 10, 1000)
 }

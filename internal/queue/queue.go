@@ -199,6 +199,10 @@ func New(st *store.Store, opts Options) (*Queue, error) {
 	return q, nil
 }
 
+// Reload reads next_seq and the counts back from the store again: boot
+// recovery wrote hooks after New. REQUIRES: Start not yet called.
+func (q *Queue) Reload() error { return q.writer.recover() }
+
 // Start runs the writer and syncer goroutines until Close.
 func (q *Queue) Start() {
 	ctx, cancel := context.WithCancel(context.Background())

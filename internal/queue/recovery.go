@@ -141,7 +141,7 @@ func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, e
 	if err != nil {
 		return sum, fmt.Errorf("replay: %w", err)
 	}
-	if err := republish(ctx, st, o, &sum, a.next); err != nil {
+	if err := republish(ctx, st, o, &sum, a.next, a.replayed); err != nil {
 		return sum, err
 	}
 	log.Info("intake recovery done", "summary", sum.String(), "from", from, "earliest", earliest)
@@ -179,6 +179,9 @@ type applier struct {
 	next     uint64
 	pending  []replayed
 	collided []replayed
+	// replayed holds the seqs this replay wrote: they are in the log, so
+	// the republish skips them.
+	replayed map[uint64]bool
 	log      *slog.Logger
 }
 
@@ -296,6 +299,10 @@ func (a *applier) write(b *pebble.Batch, env *store.Envelope, seq uint64) {
 	}
 	a.next = max(a.next, seq+1)
 	a.sum.Applied++
+	if a.replayed == nil {
+		a.replayed = map[uint64]bool{}
+	}
+	a.replayed[seq] = true
 }
 
 // commit applies one chunk's batch with the offset advanced in it.
@@ -315,7 +322,7 @@ func (a *applier) commit(b *pebble.Batch, last intake.Position) error {
 // republish publishes every local hook above the watermark: a crash can
 // leave local hooks the log never confirmed. Duplicates are absorbed by the
 // apply rule.
-func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summary, next uint64) error {
+func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summary, next uint64, replayed map[uint64]bool) error {
 	wm := uint64(0)
 	if v, err := st.Get(KeyIntakeSeq); err != nil {
 		return err
@@ -331,7 +338,8 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 		var lastKey []byte
 		err := st.Scan(lower, []byte{store.PrefixHook + 1}, func(k, v []byte) bool {
 			lastKey = append(lastKey[:0], k...)
-			if env, err := store.DecodeEnvelope(v); err == nil {
+			if env, err := store.DecodeEnvelope(v); err == nil && !replayed[env.Seq] {
+				// A hook this replay just wrote is in the log already.
 				page = append(page, intake.Record{
 					Version: intake.RecordVersion, Kind: intake.KindHook, Node: o.Node, Seq: env.Seq, ID: env.ID,
 					Incarnation: "0", Tenant: env.Tenant, Source: env.Source, Value: append([]byte(nil), v...),

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 const githubSecret = "It's a Secret to Everybody"
@@ -164,5 +166,96 @@ func TestEdge_RateLimitsPerTenantWithRuntimeOverride(t *testing.T) {
 	}
 	if st := in.api("DELETE", "/v1/tenants/default/rate-limit", nil, nil); st != 404 {
 		t.Fatalf("DELETE again: %d, want 404", st)
+	}
+}
+
+// TestEdge_QuarantineFloodAndReleaseAfterRotation: forged traffic fills the
+// pen's bucket (429) while signed hooks keep getting 201; hooks signed with
+// a secret the node did not know yet are held (202), and after the secret
+// rotation a quarantine release commits them once, under their original
+// ids, and they are delivered.
+func TestEdge_QuarantineFloodAndReleaseAfterRotation(t *testing.T) {
+	rc := newReceiver(t, status(200))
+	dataDir := t.TempDir()
+	newSecret := "the rotated secret, sixteen+"
+	in := startInstance(t, rc, func(c *config.Config) {
+		withGitHub("quarantine")(c)
+		c.Node.DataDir = dataDir
+	})
+	path := "/webhooks/" + sourceID
+	held, limited := 0, 0
+	for i := range 110 {
+		body := `{"n":` + string(rune('0'+i%10)) + `}`
+		code, ra, m := in.send(path, body, map[string]string{"X-Hub-Signature-256": githubSig(newSecret, body)})
+		switch code {
+		case 202:
+			held++
+			if m["status"] != "quarantined" || m["reason"] != "no_match" {
+				t.Fatalf("202 body %v", m)
+			}
+		case 429:
+			limited++
+			if m["error"] != "quarantine_rate_limited" || ra == "" {
+				t.Fatalf("429 body %v Retry-After %q", m, ra)
+			}
+		default:
+			t.Fatalf("forged request %d: %d %v", i, code, m)
+		}
+		// Real, correctly signed hooks are never crowded out by the flood.
+		if i%20 == 0 {
+			good := `{"real":true}`
+			if code, _, m := in.send(path, good, map[string]string{"X-Hub-Signature-256": githubSig(githubSecret, good)}); code != 201 {
+				t.Fatalf("signed hook during the flood: %d %v", code, m)
+			}
+		}
+	}
+	if held < 100 || limited == 0 {
+		t.Fatalf("held %d, rate limited %d; want the burst (100) held and the rest limited", held, limited)
+	}
+	var list struct {
+		Total   int `json:"total"`
+		Entries []struct {
+			ID string `json:"id"`
+		} `json:"entries"`
+	}
+	if st := in.api("GET", "/v1/quarantine?limit=1000", nil, &list); st != 200 || list.Total != held {
+		t.Fatalf("GET /v1/quarantine: %d total %d, want %d", st, list.Total, held)
+	}
+	heldEntries := list.Entries
+	// Rotate: restart with the new secret first, the old one kept.
+	ctx := context.Background()
+	if err := in.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	in2 := startInstance(t, rc, func(c *config.Config) {
+		withGitHub("quarantine")(c)
+		s := c.Sources[sourceID]
+		s.Verify.Secret = config.StringList{newSecret, githubSecret}
+		c.Sources[sourceID] = s
+		c.Node.DataDir = dataDir
+	})
+	var job map[string]any
+	if st := in2.api("POST", "/v1/replays", map[string]any{"kind": "quarantine", "rate": 1000}, &job); st != 201 {
+		t.Fatalf("POST quarantine release: %d %v", st, job)
+	}
+	for _, e := range heldEntries {
+		c := rc.next(t, e.ID) // delivered under the id it was held with
+		if c.ID != e.ID {
+			t.Fatalf("delivered %s, held %s", c.ID, e.ID)
+		}
+	}
+	testutil.Eventually(t, waitFor, "release done", func() bool {
+		var j map[string]any
+		in2.api("GET", "/v1/replays/"+job["id"].(string), nil, &j)
+		return j["state"] == "done"
+	})
+	if st := in2.api("GET", "/v1/quarantine", nil, &list); st != 200 || list.Total != 0 {
+		t.Fatalf("pen after release: %d total %d, want 0", st, list.Total)
+	}
+	// Released once: nothing is delivered twice.
+	for _, e := range heldEntries {
+		if n := len(rc.attempts(e.ID)); n != 1 {
+			t.Fatalf("hook %s delivered %d times", e.ID, n)
+		}
 	}
 }

@@ -34,9 +34,20 @@
 // subtracting them. A collapsed republish confirms at the original record's
 // sequence, which may be lower than an earlier confirm of another batch.
 //
+// Replay reads the node's subject with an ordered consumer from position+1
+// up to the subject's last sequence as the stream leader reports it when
+// Replay is called (see Replay for why not a follower's view).
+//
 // The stream is operator-owned: this package never creates, edits or purges
 // one. Verify checks that it is fit (replicas, retention, size limits,
-// duplicate window, subjects); see Verify for the list.
+// duplicate window, subjects); see Verify for the list. The node's
+// credentials need: publish on its subject; the JetStream API for the
+// stream ($JS.API.STREAM.INFO.<stream>, $JS.API.STREAM.MSG.GET.<stream>,
+// $JS.API.CONSUMER.CREATE.<stream>.>, $JS.API.CONSUMER.DELETE.<stream>.>,
+// $JS.API.CONSUMER.MSG.NEXT.<stream>.>); subscribe on _INBOX.> for the
+// replies. The API is reached at its default prefix ($JS.API, no domain).
+//
+// Ready is the connection's state (connected or not), read locally.
 package jetstream
 
 import (
@@ -240,10 +251,17 @@ func (in *Intake) current() (*conn, error) {
 // (PublishMsgAsync, in order on one connection, so the stream stores them in
 // order), then every PubAck is awaited under ctx; the first failure is
 // returned and none of the batch may be assumed confirmed, though some may
-// have landed. A record over MaxRecordBytes, or with a header value holding
-// CR or LF, fails the whole batch Permanent before anything is sent. An
-// empty batch is refused Permanent. The version and kind are sent as given,
-// so a test can publish a record a reader must skip.
+// have landed. There is one attempt: no client-side retry.
+//
+// A record whose (node, seq) the stream already holds within its duplicate
+// window is not stored again; its PubAck (Duplicate set) carries the
+// original's sequence, so a republished batch confirms at the position its
+// first publish had. A (node, seq) twice in one batch is sent once.
+//
+// A record over MaxRecordBytes or the server's max_payload, or with a
+// header value holding CR or LF, fails the whole batch Permanent before
+// anything is sent. An empty batch is refused Permanent. The version and
+// kind are sent as given, so a test can publish a record a reader must skip.
 func (in *Intake) PublishBatch(ctx context.Context, recs []intake.Record) (intake.Position, error) {
 	if len(recs) == 0 {
 		return -1, intake.Errorf(intake.Permanent, "jetstream intake: empty batch")
@@ -278,10 +296,23 @@ func (in *Intake) PublishBatch(ctx context.Context, recs []intake.Record) (intak
 	if d, ok := ctx.Deadline(); ok {
 		stall = max(time.Until(d), time.Millisecond)
 	}
+	// A (node, seq) twice in one batch is sent once: JetStream would refuse
+	// the second copy while the first is still being committed (10158,
+	// "duplicate message id is in process"); the copy shares the first one's
+	// PubAck.
 	futures := make([]natsjs.PubAckFuture, 0, len(msgs))
+	sent := make([]int, 0, len(msgs)) // futures[k] is for msgs[sent[k]]
+	first := make(map[string]int, len(msgs))
+	lastID := ""
 	for i, m := range msgs {
+		id := MsgID(recs[i].Node, recs[i].Seq)
+		lastID = id
+		if _, ok := first[id]; ok {
+			continue
+		}
+		first[id] = len(futures)
 		f, err := c.js.PublishMsgAsync(m,
-			natsjs.WithMsgID(MsgID(recs[i].Node, recs[i].Seq)),
+			natsjs.WithMsgID(id),
 			natsjs.WithExpectStream(in.stream),
 			natsjs.WithRetryAttempts(0),
 			natsjs.WithStallWait(stall))
@@ -289,18 +320,19 @@ func (in *Intake) PublishBatch(ctx context.Context, recs []intake.Record) (intak
 			return -1, in.classify(ctx, c, msgSize(m), err)
 		}
 		futures = append(futures, f)
+		sent = append(sent, i)
 	}
-	var last *natsjs.PubAck
-	for i, f := range futures {
+	acks := make([]*natsjs.PubAck, len(futures))
+	for k, f := range futures {
 		select {
-		case ack := <-f.Ok():
-			last = ack
+		case acks[k] = <-f.Ok():
 		case err := <-f.Err():
-			return -1, in.classify(ctx, c, msgSize(msgs[i]), err)
+			return -1, in.classify(ctx, c, msgSize(msgs[sent[k]]), err)
 		case <-ctx.Done():
 			return -1, in.classify(ctx, c, 0, context.Cause(ctx))
 		}
 	}
+	last := acks[first[lastID]]
 	return intake.Position(last.Sequence), nil
 }
 

@@ -105,15 +105,11 @@ func (in *Intake) Replay(ctx context.Context, from intake.Position, fn func(inta
 		msg, err := in.next(ctx, it)
 		if errors.Is(err, errIdle) {
 			// Nothing for a while: a lagging replica, or the end was removed.
-			if ci, err := cons.Info(ctx); err == nil {
-				in.log.Info("DEBUG idle", "cursor", cursor, "end", end, "pending", ci.NumPending, "delivered", ci.Delivered, "cluster", ci.Cluster, "name", ci.Name, "waiting", ci.NumWaiting)
-			} else {
-				in.log.Info("DEBUG idle", "err", err)
-			}
-			if end, err = in.lastSeq(ctx, c); err != nil {
+			now, err := in.lastSeq(ctx, c)
+			if err != nil {
 				return err
 			}
-			if end <= cursor {
+			if end = min(end, now); end <= cursor {
 				return nil
 			}
 			continue

@@ -71,7 +71,7 @@ func (in *Intake) Verify(ctx context.Context) error {
 		refuse("subjects %q do not capture %s (want %s.%s)", cfg.Subjects, in.subject, SubjectPrefix, "<fleet>.>")
 	}
 	if cfg.Retention != natsjs.LimitsPolicy {
-		refuse("retention is %s, must be limits (records must stay until max_age)", cfg.Retention)
+		refuse("retention is %s, must be limits (records must stay until they age out)", cfg.Retention)
 	}
 	if cfg.MaxMsgsPerSubject > 0 {
 		refuse("max_msgs_per_subject is %d, must be unlimited (it would drop a node's older records)", cfg.MaxMsgsPerSubject)

@@ -88,6 +88,8 @@
 // the setting, its value and the rule: replication factor below 3,
 // min.insync.replicas below 2 (or above the replication factor, where no
 // acks=all produce can succeed), unclean.leader.election.enable not false,
+// cleanup.policy compacting (the key is the node id, so compaction would
+// keep one record per node; this rule is the adapter's own, not the ADR's),
 // retention.ms below 2 x Options.BackupMaxAge (-1 = infinite is fine; no
 // check when BackupMaxAge is 0), max.message.bytes below
 // Options.MaxRecordBytes, and a stamped partition the topic does not have.

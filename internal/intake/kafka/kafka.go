@@ -65,7 +65,8 @@ type Options struct {
 	// or alters it. Required.
 	Topic string
 	// Partition is the node's stamped partition (m:intake_partition), or -1
-	// when not yet stamped (see SetPartition and AssignPartition).
+	// when not yet stamped (see SetPartition and AssignPartition). The zero
+	// value is partition 0, a stamp like any other: say -1 for none.
 	Partition int32
 	// Node is this node's id (intake.node_id): the record key, the node
 	// header, and what Replay filters on. Required.
@@ -117,7 +118,7 @@ type Intake struct {
 	skipped atomic.Int64
 
 	verifiedMu sync.Mutex
-	verified   *settings // from the last successful Verify
+	verified   *settings // from the last Verify, nil unless it passed
 
 	closeOnce sync.Once
 	stop      context.CancelFunc // ends the ready goroutine and its request
@@ -707,7 +708,7 @@ func (in *Intake) leaderKnown(ctx context.Context) bool {
 }
 
 // Describe is the log's part of the startup durability sentence, with the
-// settings the last successful Verify read.
+// settings the last Verify read if it passed, else "settings UNVERIFIED".
 func (in *Intake) Describe() string {
 	part := "unassigned"
 	if p := in.partition.Load(); p >= 0 {

@@ -24,7 +24,8 @@ const (
 // Verify checks the topic at boot, from a fresh metadata request and kadm
 // DescribeTopicConfigs, and refuses (Permanent, wrapping ErrTopicRefused)
 // a replication factor below 3, min.insync.replicas below 2 or above the
-// replication factor, unclean.leader.election.enable not false, retention.ms
+// replication factor, unclean.leader.election.enable not false, a
+// cleanup.policy that compacts (the key is the node id), retention.ms
 // below 2 × Options.BackupMaxAge (-1, infinite, passes; no check when
 // BackupMaxAge is 0), max.message.bytes below Options.MaxRecordBytes (no
 // check when it is 0), and a stamped partition the topic does not have. A
@@ -36,8 +37,8 @@ const (
 // no answer is Unavailable): the topic is then unverified, not refused.
 // With Options.VerifyTopic false Verify does nothing and returns nil.
 //
-// On success Describe reports the min.insync.replicas and replication
-// factor read here.
+// Describe reports the min.insync.replicas and replication factor read by
+// the last Verify if it passed, and UNVERIFIED otherwise.
 func (in *Intake) Verify(ctx context.Context) error {
 	if !in.verify {
 		return nil
@@ -45,19 +46,29 @@ func (in *Intake) Verify(ctx context.Context) error {
 	if in.closed.Load() {
 		return &intake.Error{Class: intake.Unavailable, Err: ErrClosed}
 	}
+	s, err := in.check(ctx)
+	in.verifiedMu.Lock()
+	in.verified = s
+	in.verifiedMu.Unlock()
+	return err
+}
+
+// check is Verify's work: the settings read when every rule passes, else
+// nil and the error.
+func (in *Intake) check(ctx context.Context) (*settings, error) {
 	t, err := in.topicMetadata(ctx)
 	if err != nil {
-		return classify("verify (metadata)", in.topic, err)
+		return nil, classify("verify (metadata)", in.topic, err)
 	}
 	rcs, err := in.adm.DescribeTopicConfigs(ctx, in.topic)
 	rc, onErr := rcs.On(in.topic, nil)
 	switch {
 	case onErr == nil && rc.Err != nil:
-		return classify("verify (describe configs)", in.topic, rc.Err)
+		return nil, classify("verify (describe configs)", in.topic, rc.Err)
 	case onErr != nil && err != nil:
-		return classify("verify (describe configs)", in.topic, err)
+		return nil, classify("verify (describe configs)", in.topic, err)
 	case onErr != nil:
-		return classify("verify (describe configs)", in.topic, onErr)
+		return nil, classify("verify (describe configs)", in.topic, onErr)
 	}
 	cfg := make(map[string]string, len(rc.Configs))
 	for _, c := range rc.Configs {
@@ -119,6 +130,16 @@ func (in *Intake) Verify(ctx context.Context) error {
 		refuse("%s is %s, must be false (an unclean election drops confirmed records)", unclean, v)
 	}
 
+	// Not one of the ADR's rules, but the key is the node id: compaction
+	// would keep one record per node and drop every other confirmed one.
+	const cleanup = "cleanup.policy"
+	switch v, found := cfg[cleanup]; {
+	case !found:
+		refuse("%s is not reported by the broker, must be delete", cleanup)
+	case strings.Contains(strings.ToLower(v), "compact"):
+		refuse("%s is %s, must be delete (the key is the node id: compaction keeps one record per node)", cleanup, v)
+	}
+
 	if in.backupAge > 0 {
 		want := 2 * in.backupAge.Milliseconds()
 		rule := fmt.Sprintf("-1 (infinite) or at least 2 × backup max age (2 × %d ms = %d)", in.backupAge.Milliseconds(), want)
@@ -135,11 +156,8 @@ func (in *Intake) Verify(ctx context.Context) error {
 	}
 
 	if len(refusals) > 0 {
-		return &intake.Error{Class: intake.Permanent,
+		return nil, &intake.Error{Class: intake.Permanent,
 			Err: fmt.Errorf("kafka intake topic %q: %w: %w", in.topic, ErrTopicRefused, errors.Join(refusals...))}
 	}
-	in.verifiedMu.Lock()
-	in.verified = &settings{minISR: isr, replicas: replicas}
-	in.verifiedMu.Unlock()
-	return nil
+	return &settings{minISR: isr, replicas: replicas}, nil
 }

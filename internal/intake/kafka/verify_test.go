@@ -119,6 +119,8 @@ func TestVerify_Rules(t *testing.T) {
 			refuse: []string{`retention.ms is "forever"`}},
 		{name: "max.message.bytes below max record bytes", topic: topic, edit: func(m map[string]string) { m["max.message.bytes"] = "1048575" },
 			refuse: []string{"max.message.bytes is 1048575", "intake.max_record_bytes (1048576)"}},
+		{name: "compacted", topic: topic, edit: func(m map[string]string) { m["cleanup.policy"] = "compact,delete" },
+			refuse: []string{"cleanup.policy is compact,delete", "must be delete"}},
 		{name: "stamped partition missing", topic: topic, opts: func(o *kafka.Options) { o.Partition = 7 },
 			refuse: []string{"partition 7", "3 partitions"}},
 		{name: "every refusal listed", topic: "thin", edit: func(m map[string]string) {
@@ -148,7 +150,7 @@ func TestVerify_Rules(t *testing.T) {
 				return
 			}
 			var others []string
-			for _, s := range []string{"replication factor", "min.insync.replicas", "unclean.leader.election.enable", "retention.ms", "max.message.bytes", "partition 7"} {
+			for _, s := range []string{"replication factor", "min.insync.replicas", "unclean.leader.election.enable", "cleanup.policy", "retention.ms", "max.message.bytes", "partition 7"} {
 				named := false
 				for _, r := range tc.refuse {
 					named = named || strings.Contains(r, s)
@@ -189,8 +191,9 @@ func TestVerify_KfakeSettings(t *testing.T) {
 	create("isr1", 3, map[string]string{"min.insync.replicas": "1", "retention.ms": "604800000", "max.message.bytes": "2097152"})
 	create("short", 3, map[string]string{"min.insync.replicas": "2", "retention.ms": "3600000", "max.message.bytes": "2097152"})
 	create("small", 3, map[string]string{"min.insync.replicas": "2", "retention.ms": "604800000", "max.message.bytes": "1000"})
+	create("compacted", 3, map[string]string{"min.insync.replicas": "2", "retention.ms": "604800000", "max.message.bytes": "2097152", "cleanup.policy": "compact"})
 
-	all := []string{"replication factor", "min.insync.replicas", "retention.ms", "max.message.bytes"}
+	all := []string{"replication factor", "min.insync.replicas", "cleanup.policy", "retention.ms", "max.message.bytes"}
 	without := func(s string) []string {
 		var out []string
 		for _, a := range all {
@@ -212,6 +215,7 @@ func TestVerify_KfakeSettings(t *testing.T) {
 		{"isr1", []string{unclean, "min.insync.replicas is 1"}, without("min.insync.replicas")},
 		{"short", []string{unclean, "retention.ms is 3600000"}, without("retention.ms")},
 		{"small", []string{unclean, "max.message.bytes is 1000"}, without("max.message.bytes")},
+		{"compacted", []string{unclean, "cleanup.policy is compact"}, without("cleanup.policy")},
 	} {
 		t.Run(tc.topic, func(t *testing.T) {
 			in := openWith(t, verifyOptions(c, tc.topic))
@@ -221,10 +225,18 @@ func TestVerify_KfakeSettings(t *testing.T) {
 }
 
 // TestVerify_Unverifiable: a broker or ACL that refuses DescribeConfigs
-// leaves the topic unverified (classified), not refused.
+// leaves the topic unverified (classified), not refused, and Describe no
+// longer reports what an earlier Verify read.
 func TestVerify_Unverifiable(t *testing.T) {
 	c := newCluster(t)
 	in := openWith(t, verifyOptions(c, topic))
+	answerDescribeConfigs(c, goodConfigs())
+	if err := in.Verify(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(in.Describe(), "min.insync.replicas=2, replicas=3") {
+		t.Fatalf("Describe() = %q after a passing Verify", in.Describe())
+	}
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.DescribeConfigs}, Resource: topic, Err: kerr.TopicAuthorizationFailed})
 	defer h.Remove()
 	err := in.Verify(ctxT(t))

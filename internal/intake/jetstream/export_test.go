@@ -1,0 +1,4 @@
+package jetstream
+
+// SubjectMatches exposes the stream-subject match Verify uses.
+var SubjectMatches = subjectMatches

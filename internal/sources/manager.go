@@ -1,0 +1,783 @@
+// Package sources manages the sources the operator API adds at run time
+// (source_store.type: persistent). An API source belongs to a tenant and has
+// the id "<tenant>.<name>"; its block is a config.SourceConfig, checked by
+// the same rules as a source in the config file, and kept as JSON in the
+// store (s + id), so it survives restarts. A change takes effect on the
+// next request: the Manager updates the edge's Registry and the
+// dispatcher's targets in place.
+//
+// Secrets are write-only: views are redacted (config.SourceConfig.Redacted),
+// and an update that leaves a secret out keeps the stored one.
+package sources
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/dispatch"
+	"github.com/ankusa/ankusa/internal/edge"
+	"github.com/ankusa/ankusa/internal/sink"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/verify"
+)
+
+// Errors the operator API maps to statuses.
+var (
+	// ErrInvalid: the block or the id breaks a rule (400 invalid_source).
+	// Errors matching it are *InvalidError, whose text is the message.
+	ErrInvalid = errors.New("invalid source")
+	// ErrExists: the id is taken (409 source_exists).
+	ErrExists = errors.New("source exists")
+	// ErrNotFound: no API source has the id (404 source_not_found).
+	ErrNotFound = errors.New("source not found")
+	// ErrHasDeliveries: a delete was refused because deliveries are
+	// pending (409 source_has_deliveries). Errors matching it are
+	// *DeliveriesError.
+	ErrHasDeliveries = errors.New("source has pending deliveries")
+)
+
+// InvalidError is a rule violation; Error is the operator's message
+// (config.Errors text: "sources.<id>.<key>: <rule>; …").
+type InvalidError struct{ Err error }
+
+func (e *InvalidError) Error() string        { return e.Err.Error() }
+func (e *InvalidError) Unwrap() error        { return e.Err }
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// DeliveriesError is a refused delete: Due rows wait for a retry and
+// Inflight ones are being attempted right now.
+type DeliveriesError struct {
+	Due, Inflight int
+}
+
+func (e *DeliveriesError) Is(target error) bool { return target == ErrHasDeliveries }
+
+func (e *DeliveriesError) Error() string {
+	if e.Inflight > 0 {
+		return fmt.Sprintf("%d deliveries are being attempted right now and %d are due: retry in a moment (with deliveries=dead_letter to dead-letter the due ones)", e.Inflight, e.Due)
+	}
+	return fmt.Sprintf("%d deliveries are still due: deliver them first, or delete with deliveries=dead_letter to move them to the dead-letter queue", e.Due)
+}
+
+// DeadLetterReason is the reason of the dead rows a delete with
+// deliveries=dead_letter writes.
+const DeadLetterReason = "source deleted"
+
+// redacted is how config.Redacted shows a secret; a write that sends it
+// back means "keep the stored value" where that is possible.
+const redacted = "[REDACTED]"
+
+// recordFormat versions the stored JSON; a reader refuses another version.
+const recordFormat = 1
+
+var partRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Options configure a Manager. Every field but Logger and Now is required.
+type Options struct {
+	Store    *store.Store
+	Registry *edge.Registry
+	Dispatch *dispatch.Dispatcher
+	// Config is the loaded configuration: its rules check API sources, and
+	// http.prefix and http.routing shape the catch URLs.
+	Config *config.Config
+	// BuildSink constructs one sink (the app's adapter wiring).
+	BuildSink func(config.SinkConfig) (sink.Sink, error)
+	Logger    *slog.Logger
+	Now       func() time.Time
+}
+
+// Manager owns the API sources of one instance. Its methods are safe for
+// concurrent use; changes are serialised (store.SinkNumbers requires one
+// caller at a time, and the app calls it only once, at start-up, before
+// the Manager exists).
+type Manager struct {
+	o   Options
+	log *slog.Logger
+
+	mu   sync.RWMutex
+	srcs map[string]*entry
+}
+
+// entry is one registered API source.
+type entry struct {
+	rec   record
+	src   *edge.Source
+	nums  []uint16 // in sink order
+	sinks map[uint16]*guarded
+}
+
+func (e *entry) closeSinks() {
+	for _, g := range e.sinks {
+		_ = g.Close()
+	}
+}
+
+// record is the stored form (s + id → JSON). Config holds the secrets.
+type record struct {
+	Format    int                 `json:"format"`
+	Tenant    string              `json:"tenant"`
+	Name      string              `json:"name"`
+	Config    config.SourceConfig `json:"config"`
+	CreatedAt string              `json:"created_at"`
+	UpdatedAt string              `json:"updated_at"`
+}
+
+func (r *record) id() string { return r.Tenant + "." + r.Name }
+
+// View is an API source as the operator API shows it: Config is redacted.
+type View struct {
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	Name   string `json:"name"`
+	// CatchURL is the path providers POST to.
+	CatchURL  string         `json:"catch_url"`
+	Config    map[string]any `json:"config"`
+	CreatedAt string         `json:"created_at"`
+	UpdatedAt string         `json:"updated_at"`
+}
+
+// Deleted reports a delete.
+type Deleted struct {
+	ID string `json:"id"`
+	// DeadLettered counts the due deliveries moved to the dead-letter
+	// queue (deliveries=dead_letter).
+	DeadLettered int `json:"dead_lettered"`
+}
+
+// New builds a Manager; Load registers the stored sources.
+func New(o Options) *Manager {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Manager{o: o, log: o.Logger.With("component", "sources"), srcs: map[string]*entry{}}
+}
+
+// ID is the source id of an API source: "<tenant>.<name>".
+func ID(tenant, name string) string { return tenant + "." + name }
+
+// SourceKey is the store key of an API source: s + id.
+func SourceKey(id string) []byte { return append([]byte{store.PrefixSource}, id...) }
+
+// Load reads every stored API source, builds its verifier and sinks and
+// registers it. A source that no longer passes the rules, or whose sink
+// cannot be built, fails Load (naming it), like a bad static source fails
+// boot. Sources of the config file are never shadowed: a stored id that is
+// also a static one is skipped with a warning. Sources already loaded are
+// left as they are.
+func (m *Manager) Load() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var recs []record
+	var bad error
+	err := m.o.Store.Scan([]byte{store.PrefixSource}, []byte{store.PrefixSource + 1}, func(k, v []byte) bool {
+		var r record
+		if err := json.Unmarshal(v, &r); err != nil {
+			bad = fmt.Errorf("stored source %q: %w", k[1:], err)
+			return false
+		}
+		if r.Format != recordFormat {
+			bad = fmt.Errorf("stored source %q: unknown format %d (this version reads %d)", k[1:], r.Format, recordFormat)
+			return false
+		}
+		if r.id() != string(k[1:]) {
+			bad = fmt.Errorf("stored source %q names %q", k[1:], r.id())
+			return false
+		}
+		recs = append(recs, r)
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("read API sources: %w", err)
+	}
+	if bad != nil {
+		return bad
+	}
+	var refs []store.SinkRef
+	keep := recs[:0]
+	for _, r := range recs {
+		id := r.id()
+		if _, loaded := m.srcs[id]; loaded {
+			continue
+		}
+		if _, static := m.o.Config.Sources[id]; static {
+			m.log.Warn("stored API source is shadowed by a config source; not loaded", "source", id)
+			continue
+		}
+		if err := m.o.Config.ValidateSource(id, r.Config); err != nil {
+			return fmt.Errorf("stored API source %s no longer passes validation: %w", id, err)
+		}
+		for _, k := range r.Config.Sinks {
+			refs = append(refs, store.SinkRef{Source: id, Sink: k.ID})
+		}
+		keep = append(keep, r)
+	}
+	if len(keep) == 0 {
+		return nil
+	}
+	nums, err := m.o.Store.SinkNumbers(refs)
+	if err != nil {
+		return err
+	}
+	built := make([]*entry, 0, len(keep))
+	for _, r := range keep {
+		e, err := m.buildWith(r, nums)
+		if err != nil {
+			for _, b := range built {
+				b.closeSinks()
+			}
+			return fmt.Errorf("stored API source %s: %w", r.id(), err)
+		}
+		built = append(built, e)
+	}
+	for _, e := range built {
+		m.register(e, nil)
+		m.srcs[e.rec.id()] = e
+	}
+	m.log.Info("loaded API sources", "count", len(built))
+	return nil
+}
+
+// Close retires every API sink. The app's own close of the dispatcher's
+// targets may close them too: Close is idempotent.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range m.srcs {
+		e.closeSinks()
+	}
+}
+
+// Create adds the source tenant.name. sc.Tenant is set to tenant (another
+// non-empty tenant is refused); keys left out get their defaults. The
+// source answers from the next request on.
+func (m *Manager) Create(tenant, name string, sc config.SourceConfig) (View, error) {
+	id, sc, err := m.prepare(tenant, name, sc)
+	if err != nil {
+		return View{}, err
+	}
+	if err := m.check(id, sc); err != nil {
+		return View{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.srcs[id]; ok {
+		return View{}, ErrExists
+	}
+	if _, ok := m.o.Registry.Get(id); ok {
+		return View{}, ErrExists // a source of the config file
+	}
+	now := m.stamp()
+	rec := record{Format: recordFormat, Tenant: tenant, Name: name, Config: sc, CreatedAt: now, UpdatedAt: now}
+	// Built first (no side effect but sink numbers, which are harmless),
+	// persisted next, registered last: a crash never leaves a source that
+	// answers but is not stored.
+	e, err := m.build(rec)
+	if err != nil {
+		return View{}, err
+	}
+	if err := m.persist(rec); err != nil {
+		e.closeSinks()
+		return View{}, err
+	}
+	m.register(e, nil)
+	m.srcs[id] = e
+	m.log.Info("API source created", "source", id)
+	return m.view(e), nil
+}
+
+// Update replaces the block of tenant.name. A secret left out (or sent
+// back as "[REDACTED]") keeps the stored one: verify.secret unless the new
+// verify.type is none, and per sink of the same id and type http.secret,
+// http.headers values sent as "[REDACTED]", kafka.sasl.password,
+// nats.password and nats.token. Replaced sinks are closed once their
+// attempts end; rows still due for a removed sink are dead-lettered by
+// dispatch ("sink is no longer configured") when attempted.
+func (m *Manager) Update(tenant, name string, sc config.SourceConfig) (View, error) {
+	id, sc, err := m.prepare(tenant, name, sc)
+	if err != nil {
+		return View{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev, ok := m.srcs[id]
+	if !ok {
+		return View{}, ErrNotFound
+	}
+	keepSecrets(&sc, prev.rec.Config)
+	if err := m.check(id, sc); err != nil {
+		return View{}, err
+	}
+	rec := prev.rec
+	rec.Config, rec.UpdatedAt = sc, m.stamp()
+	e, err := m.build(rec)
+	if err != nil {
+		return View{}, err
+	}
+	if err := m.persist(rec); err != nil {
+		e.closeSinks()
+		return View{}, err
+	}
+	m.register(e, prev)
+	m.srcs[id] = e
+	m.log.Info("API source updated", "source", id)
+	return m.view(e), nil
+}
+
+// Get returns tenant.name.
+func (m *Manager) Get(tenant, name string) (View, error) {
+	id, err := apiID(tenant, name)
+	if err != nil {
+		return View{}, err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.srcs[id]
+	if !ok {
+		return View{}, ErrNotFound
+	}
+	return m.view(e), nil
+}
+
+// List returns the API sources of tenant, by name.
+func (m *Manager) List(tenant string) ([]View, error) {
+	if !partRE.MatchString(tenant) {
+		return nil, invalidTenant(tenant)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := []View{}
+	for _, e := range m.srcs {
+		if e.rec.Tenant == tenant {
+			out = append(out, m.view(e))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Delete removes tenant.name. It is refused (*DeliveriesError) while a
+// delivery of the source is being attempted, and while one is due unless
+// deadLetter, which moves the due rows to the dead-letter queue (reason
+// DeadLetterReason) in one synced batch. The catch URL answers 404 from
+// the next request on. Dedupe keys stay until their TTL, and sink numbers
+// stay allocated: a source re-created under the same id gets the same
+// numbers, so its dead rows can be replayed to it.
+func (m *Manager) Delete(tenant, name string, deadLetter bool) (Deleted, error) {
+	id, err := apiID(tenant, name)
+	if err != nil {
+		return Deleted{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.srcs[id]
+	if !ok {
+		return Deleted{}, ErrNotFound
+	}
+	due, inflight, err := m.pending(e)
+	if err != nil {
+		return Deleted{}, err
+	}
+	if inflight > 0 || (len(due) > 0 && !deadLetter) {
+		return Deleted{}, &DeliveriesError{Due: len(due), Inflight: inflight}
+	}
+	// No new hook from here on, and an attempt that starts now finds no
+	// sink, so dispatch itself dead-letters any row this delete misses
+	// (one a request already past the registry commits after the scan).
+	m.unregister(e)
+	moved := 0
+	if deadLetter {
+		if moved, err = m.deadLetter(e); err != nil {
+			m.restore(e)
+			return Deleted{}, err
+		}
+	}
+	b := m.o.Store.NewBatch()
+	if b == nil {
+		m.restore(e)
+		return Deleted{}, store.ErrClosed
+	}
+	defer b.Close()
+	_ = b.Delete(SourceKey(id), nil)
+	if err := m.o.Store.ApplySync(b); err != nil {
+		m.restore(e)
+		return Deleted{}, fmt.Errorf("delete source %s: %w", id, err)
+	}
+	e.closeSinks()
+	delete(m.srcs, id)
+	m.log.Info("API source deleted", "source", id, "dead_lettered", moved)
+	return Deleted{ID: id, DeadLettered: moved}, nil
+}
+
+// prepare checks the id, binds the block to tenant and fills defaults.
+func (m *Manager) prepare(tenant, name string, sc config.SourceConfig) (string, config.SourceConfig, error) {
+	id, err := apiID(tenant, name)
+	if err != nil {
+		return "", sc, err
+	}
+	if sc.Tenant != "" && sc.Tenant != tenant {
+		return "", sc, &InvalidError{Err: config.Errors{{Key: "sources." + id + ".tenant",
+			Rule: fmt.Sprintf("must be empty or %q (an API source belongs to the tenant of its URL), got %q", tenant, sc.Tenant)}}}
+	}
+	sc.Tenant = tenant
+	return id, sc.WithDefaults(), nil
+}
+
+// check refuses a "[REDACTED]" value (a view sent back with a secret
+// that cannot be kept) and applies the config rules.
+func (m *Manager) check(id string, sc config.SourceConfig) error {
+	var errs config.Errors
+	for _, k := range redactedKeys(sc) {
+		errs = append(errs, &config.Error{Key: "sources." + id + "." + k,
+			Rule: `"[REDACTED]" is how a secret is shown, not a value: send the real value (an update may leave a secret out to keep it)`})
+	}
+	if err := m.o.Config.ValidateSource(id, sc); err != nil {
+		var ce config.Errors
+		if !errors.As(err, &ce) {
+			return &InvalidError{Err: err}
+		}
+		errs = append(errs, ce...)
+	}
+	if len(errs) > 0 {
+		return &InvalidError{Err: errs}
+	}
+	return nil
+}
+
+func apiID(tenant, name string) (string, error) {
+	if !partRE.MatchString(tenant) {
+		return "", invalidTenant(tenant)
+	}
+	if !partRE.MatchString(name) {
+		return "", &InvalidError{Err: fmt.Errorf("name must match [A-Za-z0-9_-]{1,64}, got %q", name)}
+	}
+	return ID(tenant, name), nil
+}
+
+func invalidTenant(t string) error {
+	return &InvalidError{Err: fmt.Errorf("tenant must match [A-Za-z0-9_-]{1,64}, got %q", t)}
+}
+
+// build allocates the sink numbers of rec and builds its entry. The caller
+// holds m.mu (SinkNumbers needs a single caller).
+func (m *Manager) build(rec record) (*entry, error) {
+	id := rec.id()
+	refs := make([]store.SinkRef, 0, len(rec.Config.Sinks))
+	for _, k := range rec.Config.Sinks {
+		refs = append(refs, store.SinkRef{Source: id, Sink: k.ID})
+	}
+	nums, err := m.o.Store.SinkNumbers(refs)
+	if err != nil {
+		return nil, err
+	}
+	return m.buildWith(rec, nums)
+}
+
+// buildWith builds the edge source (verifier, dedupe extractor) the way
+// static sources are built, and every sink.
+func (m *Manager) buildWith(rec record, nums map[store.SinkRef]uint16) (*entry, error) {
+	id := rec.id()
+	srcs, err := edge.SourcesFromConfig(&config.Config{Sources: map[string]config.SourceConfig{id: rec.Config}}, nums)
+	if err != nil {
+		return nil, &InvalidError{Err: err}
+	}
+	e := &entry{rec: rec, src: srcs[id], sinks: map[uint16]*guarded{}}
+	for _, k := range rec.Config.Sinks {
+		num, ok := nums[store.SinkRef{Source: id, Sink: k.ID}]
+		if !ok {
+			e.closeSinks()
+			return nil, fmt.Errorf("no sink number for %s/%s", id, k.ID)
+		}
+		s, err := m.o.BuildSink(k)
+		if err != nil {
+			e.closeSinks()
+			return nil, &InvalidError{Err: fmt.Errorf("sources.%s sink %s: %w", id, k.ID, err)}
+		}
+		e.nums = append(e.nums, num)
+		e.sinks[num] = newGuarded(k.ID, s, m.log)
+	}
+	return e, nil
+}
+
+// register makes e live: its sinks first (a hook accepted under the new
+// source must find them), then the catch URL, then the sinks prev had and
+// e has not are removed.
+func (m *Manager) register(e, prev *entry) {
+	for _, num := range e.nums {
+		g := e.sinks[num]
+		if old, replaced := m.o.Dispatch.SetTarget(num, dispatch.Target{ID: g.id, Sink: g}); replaced && old.Sink != nil {
+			_ = old.Sink.Close()
+		}
+	}
+	m.o.Registry.Put(e.src)
+	if prev == nil {
+		return
+	}
+	for num, g := range prev.sinks {
+		if _, kept := e.sinks[num]; kept {
+			continue // replaced (and closed) above
+		}
+		m.o.Dispatch.RemoveTarget(num)
+		_ = g.Close()
+	}
+}
+
+// unregister takes e off the edge and dispatch; its sinks stay open until
+// the delete commits (restore puts them back).
+func (m *Manager) unregister(e *entry) {
+	m.o.Registry.Delete(e.rec.id())
+	for _, num := range e.nums {
+		m.o.Dispatch.RemoveTarget(num)
+	}
+}
+
+func (m *Manager) restore(e *entry) {
+	for _, num := range e.nums {
+		g := e.sinks[num]
+		m.o.Dispatch.SetTarget(num, dispatch.Target{ID: g.id, Sink: g})
+	}
+	m.o.Registry.Put(e.src)
+}
+
+func (m *Manager) persist(rec record) error {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode source %s: %w", rec.id(), err)
+	}
+	b := m.o.Store.NewBatch()
+	if b == nil {
+		return store.ErrClosed
+	}
+	defer b.Close()
+	_ = b.Set(SourceKey(rec.id()), raw, nil)
+	if err := m.o.Store.ApplySync(b); err != nil {
+		return fmt.Errorf("store source %s: %w", rec.id(), err)
+	}
+	return nil
+}
+
+type dueRow struct {
+	at  int64
+	seq uint64
+	num uint16
+}
+
+// pending lists the due rows of e's sinks and counts the inflight ones.
+func (m *Manager) pending(e *entry) (due []dueRow, inflight int, err error) {
+	due, err = m.dueRows(e)
+	if err != nil {
+		return nil, 0, err
+	}
+	err = m.o.Store.Scan([]byte{store.PrefixInflight}, []byte{store.PrefixInflight + 1}, func(k, _ []byte) bool {
+		if _, num, ok := store.ParseSeqSinkKey(k); ok && e.sinks[num] != nil {
+			inflight++
+		}
+		return true
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("scan inflight deliveries: %w", err)
+	}
+	return due, inflight, nil
+}
+
+func (m *Manager) dueRows(e *entry) ([]dueRow, error) {
+	var due []dueRow
+	err := m.o.Store.Scan([]byte{store.PrefixDue}, []byte{store.PrefixDue + 1}, func(k, _ []byte) bool {
+		if at, seq, num, ok := store.ParseTimedKey(k); ok && e.sinks[num] != nil {
+			due = append(due, dueRow{at, seq, num})
+		}
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scan due deliveries: %w", err)
+	}
+	return due, nil
+}
+
+// deadLetter moves every due row of e's sinks to the dead-letter queue in
+// one synced batch: q row deleted, x row written (DeadLetterReason), d row
+// marked dead. e is already unregistered, so an attempt dispatch starts on
+// one of these rows meanwhile fails for want of a sink and is
+// dead-lettered by dispatch itself; when that is seen (the row went
+// inflight), the dead row written here is withdrawn so the row is not in
+// the dead-letter queue twice.
+func (m *Manager) deadLetter(e *entry) (int, error) {
+	due, err := m.dueRows(e)
+	if err != nil || len(due) == 0 {
+		return 0, err
+	}
+	nowMs := m.o.Now().UnixMilli()
+	b := m.o.Store.NewBatch()
+	if b == nil {
+		return 0, store.ErrClosed
+	}
+	defer b.Close()
+	type seqNum struct {
+		seq uint64
+		num uint16
+	}
+	moved := map[seqNum]bool{}
+	for _, r := range due {
+		_ = b.Delete(store.DueKey(r.at, r.seq, r.num), nil)
+		v, err := m.o.Store.Get(store.DeliveryKey(r.seq, r.num))
+		if err != nil {
+			return 0, err
+		}
+		if v == nil {
+			continue // a due key without its row: dropped, as dispatch would
+		}
+		dl, err := store.DecodeDelivery(v)
+		if err != nil {
+			return 0, fmt.Errorf("delivery %d/%d: %w", r.seq, r.num, err)
+		}
+		dl.State, dl.NextAtMs, dl.LastError = store.StateDead, 0, DeadLetterReason
+		_ = b.Set(store.DeliveryKey(r.seq, r.num), store.EncodeDelivery(dl), nil)
+		_ = b.Set(store.DeadKey(nowMs, r.seq, r.num), []byte(DeadLetterReason), nil)
+		moved[seqNum{r.seq, r.num}] = true
+	}
+	if err := m.o.Store.ApplySync(b); err != nil {
+		return 0, fmt.Errorf("dead-letter %d deliveries: %w", len(moved), err)
+	}
+
+	var raced []seqNum
+	_ = m.o.Store.Scan([]byte{store.PrefixInflight}, []byte{store.PrefixInflight + 1}, func(k, _ []byte) bool {
+		if seq, num, ok := store.ParseSeqSinkKey(k); ok && moved[seqNum{seq, num}] {
+			raced = append(raced, seqNum{seq, num})
+		}
+		return true
+	})
+	if len(raced) > 0 {
+		wb := m.o.Store.NewBatch()
+		if wb != nil {
+			for _, r := range raced {
+				_ = wb.Delete(store.DeadKey(nowMs, r.seq, r.num), nil)
+			}
+			if err := m.o.Store.ApplySync(wb); err != nil {
+				m.log.Warn("withdrawing dead rows dispatch claimed meanwhile failed; they may be listed twice", "rows", len(raced), "err", err)
+			}
+			_ = wb.Close()
+		}
+	}
+	return len(moved) - len(raced), nil
+}
+
+func (m *Manager) stamp() string { return m.o.Now().UTC().Format(time.RFC3339Nano) }
+
+func (m *Manager) view(e *entry) View {
+	id := e.rec.id()
+	return View{
+		ID: id, Tenant: e.rec.Tenant, Name: e.rec.Name, CatchURL: m.catchURL(e.rec.Tenant, id),
+		Config: e.rec.Config.Redacted(), CreatedAt: e.rec.CreatedAt, UpdatedAt: e.rec.UpdatedAt,
+	}
+}
+
+// catchURL is the ingest path of a source under the configured routing.
+func (m *Manager) catchURL(tenant, id string) string {
+	h := m.o.Config.HTTP
+	if h.Routing == "tenant_path" {
+		return h.Prefix + "/" + tenant + "/" + id
+	}
+	return h.Prefix + "/" + id
+}
+
+// keepSecrets fills the secrets next leaves out (or sends back redacted)
+// from prev; see Update.
+func keepSecrets(next *config.SourceConfig, prev config.SourceConfig) {
+	if v := &next.Verify; v.Type != verify.TypeNone && allRedacted(v.Secret) {
+		v.Secret = slices.Clone(prev.Verify.Secret)
+	}
+	before := map[string]config.SinkConfig{}
+	for _, k := range prev.Sinks {
+		before[k.ID] = k
+	}
+	for i := range next.Sinks {
+		k := &next.Sinks[i]
+		p, ok := before[k.ID]
+		if !ok || p.Type != k.Type {
+			continue
+		}
+		if k.HTTP != nil && p.HTTP != nil {
+			keep(&k.HTTP.Secret, p.HTTP.Secret)
+			for name, val := range k.HTTP.Headers {
+				if pv, ok := p.HTTP.Headers[name]; ok && val == redacted {
+					k.HTTP.Headers[name] = pv
+				}
+			}
+		}
+		if k.Kafka != nil && p.Kafka != nil && k.Kafka.SASL != nil && p.Kafka.SASL != nil {
+			keep(&k.Kafka.SASL.Password, p.Kafka.SASL.Password)
+		}
+		if k.NATS != nil && p.NATS != nil {
+			if k.NATS.User != "" {
+				keep(&k.NATS.Password, p.NATS.Password)
+			} else {
+				keep(&k.NATS.Token, p.NATS.Token)
+			}
+		}
+	}
+}
+
+func keep(dst *string, stored string) {
+	if *dst == "" || *dst == redacted {
+		*dst = stored
+	}
+}
+
+func allRedacted(list []string) bool {
+	for _, s := range list {
+		if s != redacted {
+			return false
+		}
+	}
+	return true
+}
+
+// redactedKeys lists the keys of sc (dotted, relative to the block) whose
+// value holds "[REDACTED]".
+func redactedKeys(sc config.SourceConfig) []string {
+	raw, err := json.Marshal(sc)
+	if err != nil || !strings.Contains(string(raw), redacted) {
+		return nil
+	}
+	var tree any
+	if err := json.Unmarshal(raw, &tree); err != nil {
+		return nil
+	}
+	var keys []string
+	var walk func(v any, path string)
+	walk = func(v any, path string) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				p := k
+				if path != "" {
+					p = path + "." + k
+				}
+				walk(e, p)
+			}
+		case []any:
+			for i, e := range x {
+				walk(e, path+"["+strconv.Itoa(i)+"]")
+			}
+		case string:
+			if strings.Contains(x, redacted) {
+				keys = append(keys, path)
+			}
+		}
+	}
+	walk(tree, "")
+	sort.Strings(keys)
+	return keys
+}
