@@ -20,6 +20,7 @@ import (
 	"github.com/ankusa/ankusa/internal/quarantine"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/ratelimit"
+	"github.com/ankusa/ankusa/internal/sources"
 	"github.com/ankusa/ankusa/internal/store"
 )
 
@@ -31,6 +32,9 @@ type Deps struct {
 	Queue  *queue.Queue
 	// Dispatch, when set, serves /v1/dlq and /v1/replays.
 	Dispatch *dispatch.Dispatcher
+	// Sources, when set (source_store.type: persistent), serves
+	// /v1/tenants/{t}/sources[/{name}].
+	Sources *sources.Manager
 	// Quarantine, when set, serves GET/DELETE /v1/quarantine.
 	Quarantine *quarantine.Pen
 	// RateLimits, when set, serves /v1/rate-limits and /v1/tenants/{t}/rate-limit.
@@ -87,6 +91,9 @@ func New(d Deps) http.Handler {
 		routeRateLimits(mux, a)
 	}
 	QuarantineRoutes(mux, d.Quarantine, d.Logger) // a nil pen routes nothing
+	if d.Sources != nil {
+		SourceRoutes(mux, d.Sources, d.Logger)
+	}
 	return jsonErrors(mux)
 }
 

@@ -28,6 +28,8 @@ import (
 	"github.com/ankusa/ankusa/internal/quarantine"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/ratelimit"
+	"github.com/ankusa/ankusa/internal/sink"
+	apisources "github.com/ankusa/ankusa/internal/sources"
 	"github.com/ankusa/ankusa/internal/store"
 )
 
@@ -63,10 +65,12 @@ type Instance struct {
 	opts     Options
 	nums     map[store.SinkRef]uint16
 	restored bool // the store came from a backup at this boot
-	stopped  atomic.Bool
-	backups  *backupLoop // nil unless backup.enabled
-	limiter  *ratelimit.GCRA
-	sources  *edge.Registry
+	// apiSources is nil unless source_store.type: persistent.
+	apiSources *apisources.Manager
+	stopped    atomic.Bool
+	backups    *backupLoop // nil unless backup.enabled
+	limiter    *ratelimit.GCRA
+	sources    *edge.Registry
 
 	ingest, adminSrv  *http.Server
 	ingestLn, adminLn net.Listener
@@ -264,6 +268,20 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		MaxHeaderBytes:    cfg.HTTP.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
+	if cfg.SourceStore.Type == config.SourceStorePersistent {
+		in.apiSources = apisources.New(apisources.Options{
+			Store: st, Registry: in.sources, Dispatch: disp, Config: cfg,
+			BuildSink: func(k config.SinkConfig) (sink.Sink, error) { return newSink(k, o.Logger) },
+			Logger:    o.Logger,
+		})
+		if err := in.apiSources.Load(); err != nil {
+			in.closeIntake()
+			closeTargets(targets)
+			_ = st.Close()
+			return nil, fmt.Errorf("load API sources: %w", err)
+		}
+		deps.Sources = in.apiSources
+	}
 	deps.RateLimits = overrides
 	in.adminSrv = &http.Server{
 		Handler:           admin.New(deps),
@@ -397,6 +415,9 @@ func (in *Instance) Stop(ctx context.Context) error {
 	// to due at the next start; then the queue syncs and answers its last
 	// groups; the store closes last.
 	in.disp.Stop()
+	if in.apiSources != nil {
+		in.apiSources.Close()
+	}
 	in.queue.Close()
 	if in.backups != nil {
 		// A clean stop leaves a final backup: its offset is the log head,

@@ -8,6 +8,8 @@ import (
 
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/intake"
+	jsintake "github.com/ankusa/ankusa/internal/intake/jetstream"
+	kafkaintake "github.com/ankusa/ankusa/internal/intake/kafka"
 	"github.com/ankusa/ankusa/internal/intake/memory"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/store"
@@ -30,8 +32,68 @@ func openIntake(cfg *config.Config, log *slog.Logger) (intake.Intake, error) {
 			ConfirmLatency: latency,
 			Logger:         log,
 		})
+	case "kafka":
+		k := cfg.Intake.Kafka
+		return kafkaintake.Open(kafkaintake.Options{
+			Brokers: k.Brokers, Topic: cfg.IntakeTopic(), Partition: -1,
+			Node: cfg.Intake.NodeID, Fleet: cfg.Intake.Fleet, SASL: k.SASL, TLS: k.TLS,
+			MaxRecordBytes: cfg.Intake.MaxRecordBytes, BackupMaxAge: backupMaxAge(cfg),
+			VerifyTopic: verifyTopic(cfg), Logger: log,
+		})
+	case "jetstream":
+		j := cfg.Intake.JetStream
+		return jsintake.Open(jsintake.Options{
+			URL: j.URL, Stream: j.Stream, Fleet: cfg.Intake.Fleet, Node: cfg.Intake.NodeID,
+			User: j.User, Password: j.Password, Token: j.Token, CredsFile: j.CredsFile, NKeyFile: j.NKeyFile,
+			MaxRecordBytes: cfg.Intake.MaxRecordBytes, BackupMaxAge: backupMaxAge(cfg),
+			VerifyTopic: verifyTopic(cfg), Logger: log,
+		})
 	}
 	return nil, fmt.Errorf("intake.type %q is not available", cfg.Intake.Type)
+}
+
+func backupMaxAge(cfg *config.Config) time.Duration {
+	if !cfg.Backup.Enabled {
+		return 0
+	}
+	return time.Duration(cfg.Backup.MaxAgeMs) * time.Millisecond
+}
+
+func verifyTopic(cfg *config.Config) bool {
+	return cfg.Intake.VerifyTopic == nil || *cfg.Intake.VerifyTopic
+}
+
+// keyIntakePartition stamps the partition a node writes: chosen once, at
+// the node's first dual boot, and never recomputed, so growing the topic
+// never remaps a node (ADR section 6).
+var keyIntakePartition = []byte("m:intake_partition")
+
+// stampPartition gives a partitioned adapter its partition: the stamped one,
+// or a fresh assignment that is stamped (synced) before first use.
+func stampPartition(ctx context.Context, st *store.Store, in intake.Intake, node string) error {
+	pa, ok := in.(interface {
+		intake.PartitionAssigner
+		SetPartition(int32) error
+	})
+	if !ok {
+		return nil
+	}
+	if v, err := st.Get(keyIntakePartition); err != nil {
+		return err
+	} else if n, ok := store.ParseU64(v); ok {
+		return pa.SetPartition(int32(n))
+	}
+	p, err := pa.AssignPartition(ctx, node)
+	if err != nil {
+		return fmt.Errorf("assign intake partition: %w", err)
+	}
+	b := st.NewBatch()
+	defer b.Close()
+	_ = b.Set(keyIntakePartition, store.U64(uint64(p)), nil)
+	if err := st.ApplySync(b); err != nil {
+		return fmt.Errorf("stamp m:intake_partition: %w", err)
+	}
+	return pa.SetPartition(p)
 }
 
 // stampNode records the node id on a store that has none and refuses a
@@ -91,6 +153,9 @@ func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
 			return queue.Summary{}, fmt.Errorf("boot recovery: %w (last error: %v)", ctx.Err(), err)
 		case <-time.After(probe):
 		}
+	}
+	if err := stampPartition(ctx, in.store, in.intake, in.cfg.Intake.NodeID); err != nil {
+		return queue.Summary{}, err
 	}
 	origin := queue.OriginExisting
 	switch {

@@ -134,6 +134,11 @@ type E2EResult struct {
 	// acked hook to be delivered; DeliveredPerSec is Delivered / Drain.
 	Drain           time.Duration
 	DeliveredPerSec float64
+	// AfterIngest runs from the last answer to a post to that last first
+	// delivery; AfterIngestPerSec is BacklogAtIngestEnd / AfterIngest: the
+	// delivery rate once dispatch has the CPU to itself.
+	AfterIngest       time.Duration
+	AfterIngestPerSec float64
 	// Ceiling is what the receiver allows: DispatchConcurrency / Latency
 	// deliveries per second (0 without latency).
 	Ceiling float64
@@ -397,6 +402,10 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 		if s := res.Drain.Seconds(); s > 0 {
 			res.DeliveredPerSec = float64(res.Delivered) / s
 		}
+		res.AfterIngest = max(0, last.Sub(ingestEnd))
+		if s := res.AfterIngest.Seconds(); s > 0 {
+			res.AfterIngestPerSec = float64(res.BacklogAtIngestEnd) / s
+		}
 	}
 	slices.Sort(lat)
 	res.AckToDeliveryP50 = Percentile(lat, 50)
@@ -487,6 +496,11 @@ func PrintE2E(w io.Writer, r E2EResult) {
 	fmt.Fprintf(w, "  delivery:  %d delivered, drain %s (first post to last first-delivery) = %.0f delivered/s", r.Delivered, fmtSecs(r.Drain), r.DeliveredPerSec)
 	if r.Ceiling > 0 {
 		fmt.Fprintf(w, " (receiver ceiling %.0f/s = %.2fx of it)", r.Ceiling, r.DeliveredPerSec/r.Ceiling)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  after ingest: the backlog of %d delivered in %s = %.0f/s", r.BacklogAtIngestEnd, fmtSecs(r.AfterIngest), r.AfterIngestPerSec)
+	if r.Ceiling > 0 {
+		fmt.Fprintf(w, " (%.2fx of the ceiling)", r.AfterIngestPerSec/r.Ceiling)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "  201 -> delivered: p50=%s p99=%s\n", fmtDur(r.AckToDeliveryP50), fmtDur(r.AckToDeliveryP99))

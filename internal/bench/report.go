@@ -149,6 +149,43 @@ func ModeRatio(rs []Result, num, den Mode, clients, bodyBytes int) (float64, boo
 	return a.ReqPerSec / b.ReqPerSec, true
 }
 
+// cpuPerReq is the process CPU per 201 of r; ok is false when unknown.
+func cpuPerReq(r Result) (time.Duration, bool) {
+	if r.CPU < 0 || r.OK == 0 {
+		return 0, false
+	}
+	return time.Duration(r.CPU * r.Window.Seconds() / float64(r.OK) * float64(time.Second)), true
+}
+
+// cpuRatio is den's CPU per 201 over num's, formatted as a note: what the
+// req/s ratio would be if both runs were bound by the same CPU. It is
+// steadier than the req/s ratio on a shared host, where another process
+// takes a different share of the CPU in each run; it assumes both runs are
+// CPU-bound, which a run waiting on a log's confirm is not.
+func cpuRatio(rs []Result, num, den Mode, clients, bodyBytes int) string {
+	var a, b *Result
+	for i := range rs {
+		r := &rs[i]
+		if r.Clients == clients && r.BodyBytes == bodyBytes {
+			switch r.Mode {
+			case num:
+				a = r
+			case den:
+				b = r
+			}
+		}
+	}
+	if a == nil || b == nil {
+		return ""
+	}
+	ca, ok1 := cpuPerReq(*a)
+	cb, ok2 := cpuPerReq(*b)
+	if !ok1 || !ok2 || ca <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (cpu/req %s %.0fus vs %s %.0fus: %.2fx if both CPU-bound)", num, ca.Seconds()*1e6, den, cb.Seconds()*1e6, float64(cb)/float64(ca))
+}
+
 // DualBound is max(fsync p50, confirm) + slack for a dual result.
 func DualBound(r Result, slack time.Duration) time.Duration {
 	return max(r.FsyncP50, r.Confirm) + slack
@@ -355,10 +392,10 @@ func PrintSummary(w io.Writer, rs []Result) Verdict {
 			if d, ok := find(rs, ModeDisk, r.Clients); ok {
 				note = rolesNote(d)
 			}
-			fmt.Fprintf(w, "ratio disk/null C=%d%s: %.2fx%s\n", r.Clients, suffix, ratio, note)
+			fmt.Fprintf(w, "ratio disk/null C=%d%s: %.2fx%s%s\n", r.Clients, suffix, ratio, note, cpuRatio(rs, ModeDisk, ModeNull, r.Clients, r.BodyBytes))
 		}
 		if ratio, ok := ModeRatio(rs, ModeDual, ModeDisk, r.Clients, r.BodyBytes); ok {
-			fmt.Fprintf(w, "ratio dual/disk C=%d%s: %.2fx", r.Clients, suffix, ratio)
+			fmt.Fprintf(w, "ratio dual/disk C=%d%s: %.2fx%s", r.Clients, suffix, ratio, cpuRatio(rs, ModeDual, ModeDisk, r.Clients, r.BodyBytes))
 			if rn, ok := ModeRatio(rs, ModeDual, ModeNull, r.Clients, r.BodyBytes); ok {
 				fmt.Fprintf(w, " (dual/null %.2fx)", rn)
 			}

@@ -120,9 +120,11 @@ type IntakeConfig struct {
 	// RecoverOnBoot replays the log at boot. Default true.
 	RecoverOnBoot *bool `yaml:"recover_on_boot" json:"recover_on_boot"`
 	// VerifyTopic checks the topic/stream settings at boot. Default true.
-	VerifyTopic *bool         `yaml:"verify_topic" json:"verify_topic"`
-	Pending     IntakePending `yaml:"pending" json:"pending"`
-	Memory      *IntakeMemory `yaml:"memory" json:"memory,omitempty"`
+	VerifyTopic *bool            `yaml:"verify_topic" json:"verify_topic"`
+	Pending     IntakePending    `yaml:"pending" json:"pending"`
+	Memory      *IntakeMemory    `yaml:"memory" json:"memory,omitempty"`
+	Kafka       *IntakeKafka     `yaml:"kafka" json:"kafka,omitempty"`
+	JetStream   *IntakeJetStream `yaml:"jetstream" json:"jetstream,omitempty"`
 }
 
 // IntakePending bounds the pending set (records not yet confirmed in both places).

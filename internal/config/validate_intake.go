@@ -25,8 +25,8 @@ const (
 // intakeTypes are the values of intake.type that work today; laterIntakeTypes
 // are recognised but refused until their adapters ship.
 var (
-	intakeTypes      = []string{"memory"}
-	laterIntakeTypes = []string{"kafka", "jetstream"}
+	intakeTypes      = []string{"memory", "kafka", "jetstream"}
+	laterIntakeTypes = []string{}
 )
 
 // validateIntake checks the intake block. Ranges and alphabets are checked
@@ -65,6 +65,7 @@ func (c *Config) validateIntake(v *validator) {
 	intRange(v, "intake.pending.max_records", in.Pending.MaxRecords, 1, 10_000_000)
 	intRange(v, "intake.pending.max_bytes", in.Pending.MaxBytes, 1<<20, 64<<30)
 
+	c.validateIntakeBrokers(v, dual)
 	if m := in.Memory; m != nil {
 		// With a known type (kafka and jetstream included) the block must
 		// match it; with a typo (already reported) the intended type is

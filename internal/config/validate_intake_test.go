@@ -114,17 +114,29 @@ func TestIntakeRules(t *testing.T) {
 		rule string // "" means the config must be valid
 	}{
 		// What dual requires.
-		{"dual without type", func(c *config.Config) { c.Intake.Type = ""; c.Intake.Memory = nil }, "intake.type", "required when wal.type is dual (supported: memory)"},
+		{"dual without type", func(c *config.Config) { c.Intake.Type = ""; c.Intake.Memory = nil }, "intake.type", "required when wal.type is dual (supported: memory|kafka|jetstream)"},
 		{"dual without node id", func(c *config.Config) { c.Intake.NodeID = "" }, "intake.node_id", "required when wal.type is dual"},
 		{"disk without type or node id", func(c *config.Config) {
 			c.WAL.Type, c.Intake.Type, c.Intake.NodeID, c.Intake.Memory = "disk", "", "", nil
 		}, "", ""},
 
 		// intake.type.
-		{"type kafka", func(c *config.Config) { c.Intake.Type = "kafka"; c.Intake.Memory = nil }, "intake.type", `"kafka" is not available yet (supported: memory)`},
-		{"type jetstream", func(c *config.Config) { c.Intake.Type = "jetstream"; c.Intake.Memory = nil }, "intake.type", `"jetstream" is not available yet (supported: memory)`},
-		{"type kafka under disk", func(c *config.Config) { c.WAL.Type, c.Intake.Type, c.Intake.Memory = "disk", "kafka", nil }, "intake.type", `"kafka" is not available yet (supported: memory)`},
-		{"type typo", func(c *config.Config) { c.Intake.Type = "memroy" }, "intake.type", `must be one of memory, got "memroy"`},
+		{"type kafka without its block", func(c *config.Config) { c.Intake.Type = "kafka"; c.Intake.Memory = nil }, "intake.kafka", "required when intake.type is kafka"},
+		{"type jetstream without its block", func(c *config.Config) { c.Intake.Type = "jetstream"; c.Intake.Memory = nil }, "intake.jetstream", "required when intake.type is jetstream"},
+		{"type kafka", func(c *config.Config) {
+			c.Intake.Type, c.Intake.Memory, c.Intake.Kafka = "kafka", nil, &config.IntakeKafka{Brokers: []string{"k1:9092"}}
+		}, "", ""},
+		{"kafka broker without port", func(c *config.Config) {
+			c.Intake.Type, c.Intake.Memory, c.Intake.Kafka = "kafka", nil, &config.IntakeKafka{Brokers: []string{"k1"}}
+		}, "intake.kafka.brokers[0]", "must be host:port"},
+		{"type jetstream", func(c *config.Config) {
+			c.Intake.Type, c.Intake.Memory, c.Intake.JetStream = "jetstream", nil, &config.IntakeJetStream{URL: "nats://n1:4222", Stream: "ANKUSA_INTAKE"}
+		}, "", ""},
+		{"jetstream without stream", func(c *config.Config) {
+			c.Intake.Type, c.Intake.Memory, c.Intake.JetStream = "jetstream", nil, &config.IntakeJetStream{URL: "nats://n1:4222"}
+		}, "intake.jetstream.stream", "required"},
+		{"kafka block on a memory intake", func(c *config.Config) { c.Intake.Kafka = &config.IntakeKafka{Brokers: []string{"k:1"}} }, "intake.kafka", "only allowed when intake.type is kafka"},
+		{"type typo", func(c *config.Config) { c.Intake.Type = "memroy" }, "intake.type", `must be one of memory|kafka|jetstream, got "memroy"`},
 		{"type memory under disk", func(c *config.Config) { c.WAL.Type = "disk" }, "", ""},
 
 		// The memory block belongs to intake.type: memory.
@@ -439,8 +451,7 @@ func TestIntakeUnknownKeys(t *testing.T) {
 		"intake: {colour: red}\n" + minimal:                     "intake.colour: unknown key",
 		"intake: {pending: {max_hooks: 1}}\n" + minimal:         "intake.pending.max_hooks: unknown key",
 		"intake: {type: memory, memory: {size: 1}}\n" + minimal: "intake.memory.size: unknown key",
-		// The adapters' own blocks arrive with the adapters.
-		"intake: {kafka: {brokers: [\"k:9092\"]}}\n" + minimal: "intake.kafka: unknown key",
+		"intake: {type: kafka, kafka: {brokerz: [\"k:9092\"]}}\n" + minimal: "intake.kafka.brokerz: unknown key",
 	} {
 		if _, err := config.LoadBytes([]byte(yml), noEnv); err == nil || err.Error() != want {
 			t.Errorf("%q: got %v, want %q", yml, err, want)

@@ -165,7 +165,7 @@ type dualGroup struct {
 	mu                  sync.Mutex
 	localIn, logIn      bool
 	localErr, logErr    error
-	lastPos             intake.Position
+	positions           []intake.Position // per record, when the log confirmed
 	published, resolved bool
 }
 
@@ -188,7 +188,7 @@ func (d *dualState) begin(replies []pendingReply, entries []*pendingEntry) *dual
 func (g *dualGroup) publish(recs []intake.Record) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.d.opts.PublishTimeout)
 	start := time.Now()
-	pos, err := g.d.in.PublishBatch(ctx, recs)
+	pos, err := publish(ctx, g.d.in, recs)
 	cancel()
 	g.d.observePublish(time.Since(start), err)
 	g.log(pos, err)
@@ -213,9 +213,9 @@ func (g *dualGroup) local(err error) {
 	}
 }
 
-func (g *dualGroup) log(pos intake.Position, err error) {
+func (g *dualGroup) log(pos []intake.Position, err error) {
 	g.mu.Lock()
-	g.logIn, g.logErr, g.lastPos = true, err, pos
+	g.logIn, g.logErr, g.positions = true, err, pos
 	both := g.localIn
 	g.mu.Unlock()
 	if both {
@@ -232,12 +232,6 @@ func (g *dualGroup) resolve() {
 	if g.logErr != nil {
 		d.hold(g.logErr)
 	}
-	n := 0
-	for _, e := range g.entries {
-		if e != nil {
-			n++
-		}
-	}
 	carried := false
 	d.pending.mu.Lock()
 	i := 0
@@ -251,9 +245,7 @@ func (g *dualGroup) resolve() {
 		}
 		if g.logErr == nil {
 			e.logDone = true
-			// Adapters confirm a batch at contiguous positions ending at the
-			// last one.
-			e.pos = g.lastPos - intake.Position(n-1-i)
+			e.pos = g.positions[i]
 		}
 		if !d.pending.settleLocked(e) {
 			carried = true
@@ -285,6 +277,33 @@ func (d *dualState) wakeReconciler() {
 	case d.wakeRec <- struct{}{}:
 	default:
 	}
+}
+
+// positioner is implemented by adapters whose log is shared by several
+// nodes (a JetStream stream): a batch's positions then have gaps, and only
+// the adapter knows each one.
+type positioner interface {
+	PublishBatchPositions(ctx context.Context, recs []intake.Record) ([]intake.Position, error)
+}
+
+// publish returns every record's position. The offset must never pass a
+// record that is only in the log, so a position may be a lower bound but
+// never above the record's real one.
+func publish(ctx context.Context, in intake.Intake, recs []intake.Record) ([]intake.Position, error) {
+	if p, ok := in.(positioner); ok {
+		return p.PublishBatchPositions(ctx, recs)
+	}
+	// The adapter confirms one partition's batch at contiguous positions
+	// ending at the last one (Kafka, the memory log).
+	last, err := in.PublishBatch(ctx, recs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]intake.Position, len(recs))
+	for i := range out {
+		out[i] = last - intake.Position(len(recs)-1-i)
+	}
+	return out, nil
 }
 
 // localRequest asks the writer to complete local halves.
@@ -453,7 +472,7 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 		}
 		pctx, cancel := context.WithTimeout(ctx, r.d.opts.PublishTimeout)
 		start := time.Now()
-		pos, err := r.d.in.PublishBatch(pctx, recs)
+		pos, err := publish(pctx, r.d.in, recs)
 		cancel()
 		r.d.observePublish(time.Since(start), err)
 		if err == nil {
@@ -481,7 +500,7 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 		r.d.pending.mu.Lock()
 		for i, e := range chunk {
 			e.logDone, e.stuck = true, false
-			e.pos = pos - intake.Position(n-1-i)
+			e.pos = pos[i]
 			r.d.pending.settleLocked(e)
 		}
 		r.d.pending.mu.Unlock()

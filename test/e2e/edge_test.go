@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -257,5 +258,59 @@ func TestEdge_QuarantineFloodAndReleaseAfterRotation(t *testing.T) {
 		if n := len(rc.attempts(e.ID)); n != 1 {
 			t.Fatalf("hook %s delivered %d times", e.ID, n)
 		}
+	}
+}
+
+// TestEdge_APIManagedSourcesTakeEffectWithoutRestart: source CRUD over the
+// operator API; the catch URL answers on the next request and is gone on
+// the next request after a delete.
+func TestEdge_APIManagedSourcesTakeEffectWithoutRestart(t *testing.T) {
+	rc := newReceiver(t, status(200))
+	in := startInstance(t, rc, func(c *config.Config) { c.SourceStore.Type = config.SourceStorePersistent })
+	body := map[string]any{
+		"name":   "orders2",
+		"verify": map[string]any{"type": "github", "secret": []string{githubSecret}},
+		"sinks":  []map[string]any{{"id": "worker", "type": "http", "http": map[string]any{"url": rc.srv.URL + "/hooks"}}},
+	}
+	var created map[string]any
+	if st := in.api("POST", "/v1/tenants/acme/sources", body, &created); st != 201 {
+		t.Fatalf("POST source: %d %v", st, created)
+	}
+	if created["id"] != "acme.orders2" || created["catch_url"] != "/webhooks/acme.orders2" {
+		t.Fatalf("created %v", created)
+	}
+	if strings.Contains(fmt.Sprint(created), githubSecret) {
+		t.Fatal("the secret is shown on read")
+	}
+	if st := in.api("POST", "/v1/tenants/acme/sources", body, nil); st != 409 {
+		t.Fatalf("POST again: %d, want 409 source_exists", st)
+	}
+	payload := `{"hello":"acme"}`
+	code, _, m := in.send("/webhooks/acme.orders2", payload, map[string]string{"X-Hub-Signature-256": githubSig(githubSecret, payload)})
+	if code != 201 {
+		t.Fatalf("first request to the new catch URL: %d %v", code, m)
+	}
+	id := m["id"].(string)
+	rc.next(t, id)
+	// A delete is refused while a delivery is in flight; once it is
+	// recorded (and the hook reclaimed) the source has nothing pending.
+	in.waitReclaimed(id)
+	if code, _, m := in.send("/webhooks/acme.orders2", payload, nil); code != 401 {
+		t.Fatalf("unsigned request: %d %v, want 401", code, m)
+	}
+	bad := map[string]any{"name": "bad", "verify": map[string]any{"type": "standard_webhooks", "secret": []string{"whsec_not base64!"}},
+		"sinks": []map[string]any{{"id": "log", "type": "log"}}}
+	var e map[string]any
+	if st := in.api("POST", "/v1/tenants/acme/sources", bad, &e); st != 400 {
+		t.Fatalf("invalid source: %d, want 400", st)
+	}
+	if st := in.api("DELETE", "/v1/tenants/acme/sources/orders2", nil, nil); st != 200 {
+		t.Fatalf("DELETE: %d", st)
+	}
+	if code, _, m := in.send("/webhooks/acme.orders2", payload, nil); code != 404 {
+		t.Fatalf("after delete: %d %v, want 404", code, m)
+	}
+	if st := in.api("GET", "/v1/tenants/acme/sources/orders2", nil, nil); st != 404 {
+		t.Fatalf("GET deleted: %d, want 404", st)
 	}
 }

@@ -251,14 +251,23 @@ func testDuplicate(t *testing.T, factory Factory) {
 	r := NewRecord(node, 7)
 	p1 := publish(t, in, r)
 	p2 := publish(t, in, r)
-	if p2 <= p1 {
-		t.Fatalf("republish confirmed at %d, not after %d", p2, p1)
-	}
-	// Dedupe by (node, seq) and id is the reader's job: the log holds both.
 	got := ReplayAll(t, in, -1)
-	expect(t, got, []intake.Record{r, r})
-	if got[0].Pos != p1 || got[1].Pos != p2 {
-		t.Errorf("replayed at %d and %d, confirmed at %d and %d", got[0].Pos, got[1].Pos, p1, p2)
+	switch {
+	case p2 == p1:
+		// The log collapsed the republish itself (JetStream's duplicate
+		// window on Nats-Msg-Id <node>:<seq>): stored once.
+		expect(t, got, []intake.Record{r})
+		if got[0].Pos != p1 {
+			t.Errorf("replayed at %d, confirmed at %d", got[0].Pos, p1)
+		}
+	case p2 > p1:
+		// Dedupe by (node, seq) and id is the reader's job: the log holds both.
+		expect(t, got, []intake.Record{r, r})
+		if got[0].Pos != p1 || got[1].Pos != p2 {
+			t.Errorf("replayed at %d and %d, confirmed at %d and %d", got[0].Pos, got[1].Pos, p1, p2)
+		}
+	default:
+		t.Fatalf("republish confirmed at %d, before the original at %d", p2, p1)
 	}
 }
 

@@ -1,7 +1,6 @@
 package jetstream_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -9,15 +8,6 @@ import (
 	"github.com/ankusa/ankusa/internal/intake/intaketest"
 	"github.com/ankusa/ankusa/internal/intake/jetstream"
 )
-
-// collapsedBySuite is the contract case that JetStream's duplicate window
-// contradicts: it expects a republish of the same (node, seq) to be stored
-// a second time at a later position, while Nats-Msg-Id = <node>:<seq> makes
-// the stream store it once and confirm it at the original's position (ADR
-// section 6). TestIntake_DuplicateWindowCollapsesRepublish checks what this
-// adapter does instead. The factory skips the case until the suite accepts
-// either outcome.
-const collapsedBySuite = "/DuplicatePublishIsReplayedTwice"
 
 // TestIntake_Contract runs the adapter contract suite against an R3 stream
 // on the three-server cluster, one stream shared by every subtest (node ids
@@ -27,10 +17,6 @@ func TestIntake_Contract(t *testing.T) {
 	fleet := newFleet()
 	cfg := c.createStream(t, streamConfig(fleet))
 	intaketest.Run(t, func(t *testing.T, node string) intake.Intake {
-		if strings.HasSuffix(t.Name(), collapsedBySuite) {
-			t.Skip("JetStream collapses a republish within the duplicate window (stored once, confirmed at the " +
-				"original's position); see TestIntake_DuplicateWindowCollapsesRepublish")
-		}
 		return open(t, jetstream.Options{
 			URL:            c.URL(),
 			Stream:         cfg.Name,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -325,6 +326,13 @@ func TestIntake_ErrorClasses(t *testing.T) {
 		_, err := publish(in, callTimeout, r)
 		assertClass(t, err, intake.Permanent)
 	})
+	t.Run("RecordOfAnotherNodeIsPermanent", func(t *testing.T) {
+		in := f.open(t, node, nil)
+		r := rec(10)
+		r.Node = "someone-else"
+		_, err := publish(in, callTimeout, r)
+		assertClass(t, err, intake.Permanent)
+	})
 	t.Run("EmptyBatchIsPermanent", func(t *testing.T) {
 		_, err := publish(f.open(t, node, nil), callTimeout)
 		assertClass(t, err, intake.Permanent)
@@ -433,5 +441,78 @@ func TestOpen_Refusals(t *testing.T) {
 			_ = in.Close()
 			t.Errorf("%s: Open accepted %+v", name, o)
 		}
+	}
+}
+
+// TestIntake_PublishBatchPositions: two nodes publish concurrently into one
+// stream, so a batch's records are not at contiguous positions; each
+// record's position from PublishBatchPositions is where replay finds it, and
+// a collapsed republish reports its original's (lower) position.
+func TestIntake_PublishBatchPositions(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	nodes := []string{"pos-a", "pos-b"}
+	ins := []*jetstream.Intake{f.open(t, nodes[0], nil), f.open(t, nodes[1], nil)}
+	const batches, size = 20, 5
+	confirmed := make([]map[uint64]intake.Position, len(nodes))
+	var wg sync.WaitGroup
+	for n := range nodes {
+		confirmed[n] = map[uint64]intake.Position{}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+			defer cancel()
+			for b := range batches {
+				var recs []intake.Record
+				for i := range size {
+					recs = append(recs, intaketest.NewRecord(nodes[n], uint64(b*size+i+1)))
+				}
+				pos, err := ins[n].PublishBatchPositions(ctx, recs)
+				if err != nil {
+					t.Errorf("node %s batch %d: %v", nodes[n], b, err)
+					return
+				}
+				for i, r := range recs {
+					confirmed[n][r.Seq] = pos[i]
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	gaps := 0
+	for n := range nodes {
+		got := replayAll(t, ins[n], -1)
+		if len(got) != batches*size {
+			t.Fatalf("node %s replayed %d records, want %d", nodes[n], len(got), batches*size)
+		}
+		for i, g := range got {
+			if confirmed[n][g.Rec.Seq] != g.Pos {
+				t.Errorf("node %s seq %d replayed at %d, confirmed at %d", nodes[n], g.Rec.Seq, g.Pos, confirmed[n][g.Rec.Seq])
+			}
+			if i%size > 0 && g.Pos != got[i-1].Pos+1 {
+				gaps++
+			}
+		}
+	}
+	t.Logf("%d records sat after another node's record inside their own batch", gaps)
+
+	// [new seq 1000, republished seq 1]: the second position is lower.
+	in := ins[0]
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	fresh := intaketest.NewRecord(nodes[0], 1000)
+	old := intaketest.NewRecord(nodes[0], 1)
+	pos, err := in.PublishBatchPositions(ctx, []intake.Record{fresh, old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos[1] != confirmed[0][1] || pos[0] <= pos[1] {
+		t.Errorf("positions %v, want [new, %d]", pos, confirmed[0][1])
+	}
+	last, err := in.PublishBatch(ctx, []intake.Record{fresh, old})
+	if err != nil || last != confirmed[0][1] {
+		t.Errorf("PublishBatch of the same = %d, %v; want the last record's original position %d", last, err, confirmed[0][1])
 	}
 }

@@ -258,36 +258,51 @@ func (in *Intake) current() (*conn, error) {
 // original's sequence, so a republished batch confirms at the position its
 // first publish had. A (node, seq) twice in one batch is sent once.
 //
-// A record over MaxRecordBytes or the server's max_payload, or with a
-// header value holding CR or LF, fails the whole batch Permanent before
-// anything is sent. An empty batch is refused Permanent. The version and
-// kind are sent as given, so a test can publish a record a reader must skip.
+// A record over MaxRecordBytes or the server's max_payload, of another node
+// than Options.Node, with an empty version or kind, or with a header value
+// holding CR or LF fails the whole batch Permanent before anything is sent.
+// An empty batch is refused Permanent. The version and kind are sent as
+// given, so a test can publish a record a reader must skip.
 func (in *Intake) PublishBatch(ctx context.Context, recs []intake.Record) (intake.Position, error) {
+	pos, err := in.PublishBatchPositions(ctx, recs)
+	if err != nil {
+		return -1, err
+	}
+	return pos[len(pos)-1], nil
+}
+
+// PublishBatchPositions is PublishBatch returning every record's position
+// (its PubAck's stream sequence), in batch order: the positions of a batch
+// are increasing but not contiguous, since other nodes publish into the
+// same stream, so they cannot be derived from the last one. A record
+// collapsed as a duplicate has its original's position, which may be lower
+// than its neighbours'. Errors are PublishBatch's (nil positions).
+func (in *Intake) PublishBatchPositions(ctx context.Context, recs []intake.Record) ([]intake.Position, error) {
 	if len(recs) == 0 {
-		return -1, intake.Errorf(intake.Permanent, "jetstream intake: empty batch")
+		return nil, intake.Errorf(intake.Permanent, "jetstream intake: empty batch")
 	}
 	c, err := in.current()
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
 	msgs := make([]*nats.Msg, len(recs))
 	for i := range recs {
 		m, err := in.encode(&recs[i])
 		if err != nil {
-			return -1, &intake.Error{Class: intake.Permanent, Err: err}
+			return nil, &intake.Error{Class: intake.Permanent, Err: err}
 		}
 		if limit := c.nc.MaxPayload(); limit > 0 && int64(msgSize(m)) > limit {
-			return -1, &intake.Error{Class: intake.Permanent, Err: fmt.Errorf(
+			return nil, &intake.Error{Class: intake.Permanent, Err: fmt.Errorf(
 				"record (node %s, seq %d) of %d bytes exceeds the server's max_payload of %d: %w",
 				recs[i].Node, recs[i].Seq, msgSize(m), limit, ErrTooLarge)}
 		}
 		msgs[i] = m
 	}
 	if !c.nc.IsConnected() {
-		return -1, in.classify(ctx, c, 0, nats.ErrDisconnected)
+		return nil, in.classify(ctx, c, 0, nats.ErrDisconnected)
 	}
 	if err := ctx.Err(); err != nil {
-		return -1, in.classify(ctx, c, 0, err)
+		return nil, in.classify(ctx, c, 0, err)
 	}
 
 	ctx, stopWatch := in.denied.watch(ctx)
@@ -303,10 +318,8 @@ func (in *Intake) PublishBatch(ctx context.Context, recs []intake.Record) (intak
 	futures := make([]natsjs.PubAckFuture, 0, len(msgs))
 	sent := make([]int, 0, len(msgs)) // futures[k] is for msgs[sent[k]]
 	first := make(map[string]int, len(msgs))
-	lastID := ""
 	for i, m := range msgs {
 		id := MsgID(recs[i].Node, recs[i].Seq)
-		lastID = id
 		if _, ok := first[id]; ok {
 			continue
 		}
@@ -317,7 +330,7 @@ func (in *Intake) PublishBatch(ctx context.Context, recs []intake.Record) (intak
 			natsjs.WithRetryAttempts(0),
 			natsjs.WithStallWait(stall))
 		if err != nil {
-			return -1, in.classify(ctx, c, msgSize(m), err)
+			return nil, in.classify(ctx, c, msgSize(m), err)
 		}
 		futures = append(futures, f)
 		sent = append(sent, i)
@@ -327,18 +340,29 @@ func (in *Intake) PublishBatch(ctx context.Context, recs []intake.Record) (intak
 		select {
 		case acks[k] = <-f.Ok():
 		case err := <-f.Err():
-			return -1, in.classify(ctx, c, msgSize(msgs[sent[k]]), err)
+			return nil, in.classify(ctx, c, msgSize(msgs[sent[k]]), err)
 		case <-ctx.Done():
-			return -1, in.classify(ctx, c, 0, context.Cause(ctx))
+			return nil, in.classify(ctx, c, 0, context.Cause(ctx))
 		}
 	}
-	last := acks[first[lastID]]
-	return intake.Position(last.Sequence), nil
+	pos := make([]intake.Position, len(recs))
+	for i := range recs {
+		pos[i] = intake.Position(acks[first[MsgID(recs[i].Node, recs[i].Seq)]].Sequence)
+	}
+	return pos, nil
 }
 
 // encode builds rec's message: subject, headers, data. It fails for a
 // record that can never be sent (too large, a header value with CR or LF).
 func (in *Intake) encode(rec *intake.Record) (*nats.Msg, error) {
+	switch {
+	case rec.Version == "" || rec.Kind == "":
+		return nil, fmt.Errorf("record (node %s, seq %d): empty version or kind", rec.Node, rec.Seq)
+	case rec.Node != in.node:
+		// Replay filters on the node header: a record of another node on
+		// this node's subject would never be replayed by anyone.
+		return nil, fmt.Errorf("record of node %q (seq %d) published through node %q's intake", rec.Node, rec.Seq, in.node)
+	}
 	h := nats.Header{}
 	for _, kv := range [...][2]string{
 		{intake.HeaderVersion, rec.Version},
