@@ -448,9 +448,9 @@ func TestIntakeEnvOverrides(t *testing.T) {
 
 func TestIntakeUnknownKeys(t *testing.T) {
 	for yml, want := range map[string]string{
-		"intake: {colour: red}\n" + minimal:                     "intake.colour: unknown key",
-		"intake: {pending: {max_hooks: 1}}\n" + minimal:         "intake.pending.max_hooks: unknown key",
-		"intake: {type: memory, memory: {size: 1}}\n" + minimal: "intake.memory.size: unknown key",
+		"intake: {colour: red}\n" + minimal:                                 "intake.colour: unknown key",
+		"intake: {pending: {max_hooks: 1}}\n" + minimal:                     "intake.pending.max_hooks: unknown key",
+		"intake: {type: memory, memory: {size: 1}}\n" + minimal:             "intake.memory.size: unknown key",
 		"intake: {type: kafka, kafka: {brokerz: [\"k:9092\"]}}\n" + minimal: "intake.kafka.brokerz: unknown key",
 	} {
 		if _, err := config.LoadBytes([]byte(yml), noEnv); err == nil || err.Error() != want {
