@@ -33,6 +33,11 @@ func startDualForTest(t *testing.T) (*Instance, *memory.Log) {
 	cfg.Intake.Memory = &config.IntakeMemory{Path: filepath.Join(t.TempDir(), "intake")}
 	cfg.Intake.RetryAfterS = 7
 	cfg.Intake.ProbeMs = 100
+	// Dual requires backups (the backup plus the log is the recovery point).
+	cfg.Backup = config.BackupConfig{
+		Enabled: true, IntervalMs: 3_600_000, MaxAgeMs: 7_200_000, Keep: 3,
+		Primary: "file://" + filepath.Join(t.TempDir(), "backups"), SigningKey: "0123456789abcdef-test",
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test config is invalid: %v", err)
 	}

@@ -30,6 +30,12 @@ func instanceConfig(dir string, mode Mode, confirmMs int, roles []string) *confi
 		cfg.Intake.Type = "memory"
 		cfg.Intake.NodeID = "bench"
 		cfg.Intake.Memory = &config.IntakeMemory{Path: filepath.Join(dir, "intake"), ConfirmLatencyMs: confirmMs}
+		// Dual requires backups; none runs inside a measured window (the
+		// interval is an hour), only the final one at stop.
+		cfg.Backup = config.BackupConfig{
+			Enabled: true, IntervalMs: 3_600_000, MaxAgeMs: 7_200_000, Keep: 1,
+			Primary: "file://" + filepath.Join(dir, "backups"), SigningKey: "bench-signing-key-0123",
+		}
 	}
 	return cfg
 }

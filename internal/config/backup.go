@@ -81,8 +81,10 @@ func (c *Config) validateBackup(v *validator) {
 	if b.Secondary != "" && b.Primary == "" {
 		v.add("backup.secondary", "only allowed with backup.primary")
 	}
-	// ADR section 11 makes backups required under dual (the backup plus the
-	// log since its offset is the recovery point). The refusal is switched
-	// on together with boot restore; until then a dual node without backups
-	// recovers from the log alone, which covers the log's retention.
+	if c.WAL.Type == "dual" && !b.Enabled {
+		// ADR section 11: under dual the backup plus the log since its
+		// offset is the recovery point; the log alone only reaches back as
+		// far as its retention.
+		v.add("backup.enabled", "must be true when wal.type is dual (the backup and the intake log since its offset are the recovery point)")
+	}
 }

@@ -18,8 +18,17 @@ func dualMemory() *config.Config {
 	c.Intake.Type = "memory"
 	c.Intake.NodeID = "node-a"
 	c.Intake.Memory = &config.IntakeMemory{}
+	c.Backup = testBackup
 	return c
 }
+
+// testBackup is a valid backup block: dual requires one.
+var testBackup = config.BackupConfig{
+	Enabled: true, IntervalMs: 60_000, MaxAgeMs: 3_600_000, Keep: 3,
+	Primary: "file:///tmp/ankusa-backups", SigningKey: "0123456789abcdef",
+}
+
+const backupYAML = "backup: {enabled: true, primary: \"file:///tmp/ankusa-backups\", signing_key: \"0123456789abcdef\"}\n"
 
 // diskWithIntake is Default() (wal.type: disk) with the same intake block,
 // which disk ignores but still range-checks.
@@ -35,7 +44,7 @@ intake:
   type: memory
   node_id: node-a
   memory: {path: /tmp/ankusa-intake, confirm_latency_ms: 5}
-` + minimal
+` + backupYAML + minimal
 
 func TestIntakeDualMemoryValidates(t *testing.T) {
 	if err := dualMemory().Validate(); err != nil {
@@ -47,7 +56,7 @@ func TestIntakeDualMemoryValidates(t *testing.T) {
 		t.Fatalf("intake not loaded: %+v", c.Intake)
 	}
 	// The memory block is optional: its path has a default.
-	mustLoad(t, "wal: {type: dual}\nintake: {type: memory, node_id: node-a}\n"+minimal, noEnv)
+	mustLoad(t, "wal: {type: dual}\n"+backupYAML+"intake: {type: memory, node_id: node-a}\n"+minimal, noEnv)
 }
 
 func TestIntakeRanges(t *testing.T) {
@@ -178,7 +187,7 @@ func TestIntakeRules(t *testing.T) {
 // Without intake.type and intake.node_id, dual is refused by a file, naming
 // both keys in one pass.
 func TestIntakeDualRequiresTypeAndNodeID(t *testing.T) {
-	_, err := config.LoadBytes([]byte("wal: {type: dual}\n"+minimal), noEnv)
+	_, err := config.LoadBytes([]byte("wal: {type: dual}\n"+backupYAML+minimal), noEnv)
 	errs := asErrors(t, err)
 	wantViolation(t, err, "intake.type", "required when wal.type is dual")
 	wantViolation(t, err, "intake.node_id", "required when wal.type is dual")
@@ -329,7 +338,7 @@ func TestIntakeDefaults(t *testing.T) {
 
 	// Under dual only type and node_id need writing; a memory block gets
 	// its defaults too.
-	c := mustLoad(t, "wal: {type: dual}\nintake: {type: memory, node_id: n1, memory: {}}\n"+minimal, noEnv)
+	c := mustLoad(t, "wal: {type: dual}\n"+backupYAML+"intake: {type: memory, node_id: n1, memory: {}}\n"+minimal, noEnv)
 	want.Type, want.NodeID, want.Memory = "memory", "n1", &config.IntakeMemory{Path: "", ConfirmLatencyMs: 0}
 	if !reflect.DeepEqual(c.Intake, want) {
 		t.Fatalf("dual defaults:\n got %+v\nwant %+v", c.Intake, want)
@@ -344,8 +353,8 @@ func TestIntakeMemoryBlockAlwaysPresentUnderMemory(t *testing.T) {
 		yml string
 		env map[string]string
 	}{
-		"type in file":  {"wal: {type: dual}\nintake: {type: memory, node_id: n1}\n" + minimal, nil},
-		"type from env": {"wal: {type: dual}\nintake: {node_id: n1}\n" + minimal, map[string]string{"ANKUSA_INTAKE_TYPE": "memory"}},
+		"type in file":  {"wal: {type: dual}\n" + backupYAML + "intake: {type: memory, node_id: n1}\n" + minimal, nil},
+		"type from env": {"wal: {type: dual}\n" + backupYAML + "intake: {node_id: n1}\n" + minimal, map[string]string{"ANKUSA_INTAKE_TYPE": "memory"}},
 		"under disk":    {"intake: {type: memory}\n" + minimal, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -362,7 +371,7 @@ func TestIntakeMemoryBlockAlwaysPresentUnderMemory(t *testing.T) {
 }
 
 func TestIntakeExplicitValuesKept(t *testing.T) {
-	c := mustLoad(t, `
+	c := mustLoad(t, backupYAML+`
 wal: {type: dual}
 batcher: {deadline_ms: 20000}
 intake:
@@ -411,7 +420,7 @@ func TestIntakeMemoryPath(t *testing.T) {
 
 	// The default follows node.data_dir even when an env override sets it,
 	// after defaults were applied.
-	c = mustLoad(t, "wal: {type: dual}\nintake: {type: memory, node_id: n1}\n"+minimal,
+	c = mustLoad(t, "wal: {type: dual}\n"+backupYAML+"intake: {type: memory, node_id: n1}\n"+minimal,
 		env(map[string]string{"ANKUSA_DATA_DIR": "/srv/ankusa"}))
 	if got, want := c.IntakeMemoryPath(), filepath.Join("/srv/ankusa", "intake"); got != want {
 		t.Fatalf("with ANKUSA_DATA_DIR: got %q, want %q", got, want)
@@ -424,7 +433,7 @@ func TestIntakeMemoryPath(t *testing.T) {
 func TestIntakeEnvOverrides(t *testing.T) {
 	// The file asks for dual; the node's identity and log come from the
 	// environment, as in a StatefulSet.
-	c := mustLoad(t, "wal: {type: dual}\nintake: {node_id: from-file}\n"+minimal, env(map[string]string{
+	c := mustLoad(t, "wal: {type: dual}\n"+backupYAML+"intake: {node_id: from-file}\n"+minimal, env(map[string]string{
 		"ANKUSA_INTAKE_TYPE":    "memory",
 		"ANKUSA_INTAKE_NODE_ID": "ankusa-0",
 	}))
@@ -432,7 +441,7 @@ func TestIntakeEnvOverrides(t *testing.T) {
 		t.Fatalf("env not applied: type=%q node_id=%q", c.Intake.Type, c.Intake.NodeID)
 	}
 	// And everything from the environment, on the built-in default file.
-	c = mustLoad(t, minimal, env(map[string]string{
+	c = mustLoad(t, backupYAML+minimal, env(map[string]string{
 		"ANKUSA_WAL_TYPE":       "dual",
 		"ANKUSA_INTAKE_TYPE":    "memory",
 		"ANKUSA_INTAKE_NODE_ID": "ankusa-1",
@@ -441,7 +450,7 @@ func TestIntakeEnvOverrides(t *testing.T) {
 		t.Fatalf("env not applied: %+v %+v", c.WAL, c.Intake)
 	}
 	// An empty variable is unset: dual still needs the key.
-	_, err := config.LoadBytes([]byte("wal: {type: dual}\nintake: {type: memory}\n"+minimal),
+	_, err := config.LoadBytes([]byte("wal: {type: dual}\n"+backupYAML+"intake: {type: memory}\n"+minimal),
 		env(map[string]string{"ANKUSA_INTAKE_NODE_ID": ""}))
 	wantViolation(t, err, "intake.node_id", "required when wal.type is dual")
 }

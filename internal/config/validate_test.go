@@ -275,7 +275,7 @@ sources:
 	errs := asErrors(t, err)
 	want := []string{
 		"http.port", "http.routing", "http.prefix", "log.level", "batcher.partitions", "intake.type", "intake.node_id",
-		"sources.bad id!", "sources.bad id!.verify.type", "sources.bad id!.sinks[1].id", "sources.demo.sinks",
+		"backup.enabled", "sources.bad id!", "sources.bad id!.verify.type", "sources.bad id!.sinks[1].id", "sources.demo.sinks",
 	}
 	for _, k := range want {
 		if findKey(errs, k) == nil {

@@ -44,6 +44,7 @@ func dualConfig(t *testing.T, rc *receiver, dataDir, intakeDir, node string) *co
 	cfg.Intake.Type = "memory"
 	cfg.Intake.NodeID = node
 	cfg.Intake.Memory = &config.IntakeMemory{Path: intakeDir}
+	withBackups(intakeDir + "-backups")(cfg) // dual requires backups
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("dual test config is invalid: %v", err)
 	}

@@ -20,6 +20,14 @@ func dualOn(logDir, dataDir string) func(*config.Config) {
 		c.Intake.Type = "memory"
 		c.Intake.NodeID = "node-a"
 		c.Intake.Memory = &config.IntakeMemory{Path: logDir}
+		// Dual requires backups. Each node of these tests gets its own
+		// location: the lost host's final backup at the test's end must not
+		// land on its replacement's prefix (a dead host takes no backup).
+		loc := logDir + "-backups-first"
+		if dataDir != "" {
+			loc = dataDir + "-backups"
+		}
+		withBackups(loc)(c)
 		if dataDir != "" {
 			c.Node.DataDir = dataDir
 		}
