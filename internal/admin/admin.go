@@ -27,9 +27,12 @@ import (
 // Deps is what the operator API reads. Config, Store and Queue are
 // required; a nil Registry leaves /metrics unrouted.
 type Deps struct {
-	Config *config.Config
-	Store  *store.Store
-	Queue  *queue.Queue
+	// Recovering, when set and true, makes /ready answer 503 with intake
+	// "recovering" (boot recovery is replaying the intake log).
+	Recovering func() bool
+	Config     *config.Config
+	Store      *store.Store
+	Queue      *queue.Queue
 	// Dispatch, when set, serves /v1/dlq and /v1/replays.
 	Dispatch *dispatch.Dispatcher
 	// Sources, when set (source_store.type: persistent), serves

@@ -52,6 +52,7 @@ type Readiness struct {
 	instance   string
 	log        *slog.Logger
 	probeWrite func(now time.Time) error // a seam for tests; default writeProbe
+	recovering func() bool               // nil: never
 
 	// mu guards every field below it.
 	mu       sync.Mutex
@@ -73,9 +74,10 @@ func NewReadiness(d Deps) *Readiness {
 	d.fill()
 	r := &Readiness{
 		st: d.Store, q: d.Queue, now: d.Now,
-		instance: d.Config.Node.Instance,
-		log:      d.Logger.With("component", "readiness"),
-		ready:    true,
+		instance:   d.Config.Node.Instance,
+		log:        d.Logger.With("component", "readiness"),
+		ready:      true,
+		recovering: d.Recovering,
 	}
 	r.probeWrite = r.writeProbe
 	return r
@@ -110,7 +112,12 @@ func (r *Readiness) Check(ctx context.Context) (bool, map[string]any) {
 	// Under dual the log is "down" only while the adapter says it is not
 	// answering; an open gate with a log that answers stays "up", so a
 	// drained node can still receive the one batch that probes the gate.
-	if ds, dual := r.q.Dual(); dual && !ds.Ready {
+	if r.recovering != nil && r.recovering() {
+		intakeState = "recovering"
+		if reason == "" {
+			reason = "recovering"
+		}
+	} else if ds, dual := r.q.Dual(); dual && !ds.Ready {
 		intakeState = "down"
 		if reason == "" {
 			reason = "intake_down"

@@ -68,6 +68,8 @@ type Instance struct {
 	// apiSources is nil unless source_store.type: persistent.
 	apiSources *apisources.Manager
 	stopped    atomic.Bool
+	// recovering: boot recovery is running; ingest and /ready answer 503.
+	recovering atomic.Bool
 	backups    *backupLoop // nil unless backup.enabled
 	limiter    *ratelimit.GCRA
 	sources    *edge.Registry
@@ -224,7 +226,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	in.metrics.WatchDispatch(disp.Gauges)
 	in.metrics.WatchQueue(q.Stats, st.DiskBytes)
 
-	deps := admin.Deps{Config: cfg, Store: st, Queue: q, Dispatch: disp, Quarantine: pen, Registry: in.reg, Version: o.Version, Logger: o.Logger}
+	deps := admin.Deps{Recovering: in.recovering.Load, Config: cfg, Store: st, Queue: q, Dispatch: disp, Quarantine: pen, Registry: in.reg, Version: o.Version, Logger: o.Logger}
 	ready := admin.NewReadiness(deps)
 	deps.Readiness = ready // one probe cache for both ports
 	ingestMux := http.NewServeMux()
@@ -247,7 +249,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		_ = st.Close()
 		return nil, err
 	}
-	ingestMux.Handle(cfg.HTTP.Prefix+"/", edge.New(edge.Options{
+	ingestMux.Handle(cfg.HTTP.Prefix+"/", in.refuseWhileRecovering(edge.New(edge.Options{
 		Routing:      cfg.HTTP.Routing,
 		Prefix:       cfg.HTTP.Prefix,
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
@@ -259,7 +261,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		Logger:       o.Logger,
 
 		IntakeRetryAfterSecs: cfg.Intake.RetryAfterS,
-	}))
+	})))
 	readTimeout := time.Duration(cfg.HTTP.ReadTimeoutMs) * time.Millisecond
 	in.ingest = &http.Server{
 		Handler:           ingestMux,
@@ -325,7 +327,32 @@ func (in *Instance) Start() error { return in.StartContext(context.Background())
 // has the dispatch role), then both listeners. ctx bounds only the boot
 // recovery's wait for an unreachable log.
 func (in *Instance) StartContext(ctx context.Context) error {
-	if in.intake != nil && (in.cfg.Intake.RecoverOnBoot == nil || *in.cfg.Intake.RecoverOnBoot) {
+	recover := in.intake != nil && (in.cfg.Intake.RecoverOnBoot == nil || *in.cfg.Intake.RecoverOnBoot)
+	// Listen first: while the log is replayed, /ready answers 503 with
+	// intake "recovering" and ingest answers 503, instead of a load
+	// balancer seeing connections refused.
+	in.recovering.Store(recover)
+	var err error
+	in.ingestLn, err = net.Listen("tcp", net.JoinHostPort(in.cfg.HTTP.IP, strconv.Itoa(in.cfg.HTTP.Port)))
+	if err != nil {
+		return fmt.Errorf("listen ingest: %w", err)
+	}
+	in.adminLn, err = net.Listen("tcp", net.JoinHostPort(in.cfg.Admin.IP, strconv.Itoa(in.cfg.Admin.Port)))
+	if err != nil {
+		_ = in.ingestLn.Close()
+		return fmt.Errorf("listen admin: %w", err)
+	}
+	for _, s := range []struct {
+		srv *http.Server
+		ln  net.Listener
+	}{{in.ingest, in.ingestLn}, {in.adminSrv, in.adminLn}} {
+		go func() {
+			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				in.log.Error("listener stopped", "addr", s.ln.Addr().String(), "err", err)
+			}
+		}()
+	}
+	if recover {
 		if _, err := in.recoverOnBoot(ctx); err != nil {
 			return err
 		}
@@ -345,28 +372,7 @@ func (in *Instance) StartContext(ctx context.Context) error {
 			return fmt.Errorf("start dispatch: %w", err)
 		}
 	}
-	var err error
-	in.ingestLn, err = net.Listen("tcp", net.JoinHostPort(in.cfg.HTTP.IP, strconv.Itoa(in.cfg.HTTP.Port)))
-	if err != nil {
-		in.queue.Close()
-		return fmt.Errorf("listen ingest: %w", err)
-	}
-	in.adminLn, err = net.Listen("tcp", net.JoinHostPort(in.cfg.Admin.IP, strconv.Itoa(in.cfg.Admin.Port)))
-	if err != nil {
-		_ = in.ingestLn.Close()
-		in.queue.Close()
-		return fmt.Errorf("listen admin: %w", err)
-	}
-	for _, s := range []struct {
-		srv *http.Server
-		ln  net.Listener
-	}{{in.ingest, in.ingestLn}, {in.adminSrv, in.adminLn}} {
-		go func() {
-			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				in.log.Error("listener stopped", "addr", s.ln.Addr().String(), "err", err)
-			}
-		}()
-	}
+	in.recovering.Store(false)
 	in.log.Info(in.DurabilityLine())
 	in.log.Info("ankusa serving", "instance", in.cfg.Node.Instance, "version", in.version,
 		"ingest", in.ingestLn.Addr().String(), "admin", in.adminLn.Addr().String(), "store_id", in.store.ID())
@@ -452,4 +458,19 @@ func configuredLimits(cfg *config.Config) map[string]ratelimit.Limit {
 		out[t] = ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}
 	}
 	return out
+}
+
+// refuseWhileRecovering answers 503 intake_unavailable during boot
+// recovery: nothing may be committed before the log's tail is in the store.
+func (in *Instance) refuseWhileRecovering(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if in.recovering.Load() {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", strconv.Itoa(max(in.cfg.Intake.RetryAfterS, 1)))
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":"intake_unavailable","reason":"recovering"}` + "\n"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

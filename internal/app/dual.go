@@ -164,6 +164,7 @@ func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
 	case in.store.Created():
 		origin = queue.OriginFresh
 	}
+	start := time.Now()
 	sum, err := queue.Recover(ctx, in.store, queue.RecoverOptions{
 		Intake:  in.intake,
 		Node:    in.cfg.Intake.NodeID,
@@ -171,6 +172,11 @@ func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
 		Resolve: in.route,
 		Logger:  in.log,
 	})
+	skipped := 0
+	if sk, ok := in.intake.(interface{ Skipped() int }); ok {
+		skipped = sk.Skipped()
+	}
+	in.metrics.IntakeReplay(sum.Applied, sum.Present, sum.Collided, sum.Unroutable, skipped, time.Since(start))
 	if err != nil {
 		return sum, fmt.Errorf("boot recovery: %w", err)
 	}

@@ -92,6 +92,8 @@ type Metrics struct {
 	intakeFailures   *prometheus.CounterVec   // class
 	intakeRefused    *prometheus.CounterVec   // reason
 	intakeReconciled *prometheus.CounterVec   // half
+	intakeReplay     *prometheus.CounterVec   // result
+	intakeReplayDur  prometheus.Gauge
 
 	backupOnce sync.Once
 	backupRuns *prometheus.CounterVec // result
@@ -332,7 +334,17 @@ func (m *Metrics) InitIntake(stats func() (queue.DualStats, bool)) {
 	for _, h := range intakeHalves {
 		m.intakeReconciled.WithLabelValues(h)
 	}
-	m.reg.MustRegister(m.intakePublish, m.intakeFailures, m.intakeRefused, m.intakeReconciled, &intakeCollector{stats: stats})
+	m.intakeReplay = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ankusa_intake_replay_total", Help: "Records of the boot replay, by result.",
+	}, []string{"result"})
+	for _, r := range []string{"applied", "present", "collision", "unroutable", "skipped_unknown"} {
+		m.intakeReplay.WithLabelValues(r)
+	}
+	m.intakeReplayDur = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ankusa_intake_replay_duration_seconds", Help: "How long the last boot recovery (replay and republish) took.",
+	})
+	m.reg.MustRegister(m.intakePublish, m.intakeFailures, m.intakeRefused, m.intakeReconciled,
+		m.intakeReplay, m.intakeReplayDur, &intakeCollector{stats: stats})
 }
 
 // IntakePublish implements queue.DualObserver.
@@ -427,4 +439,17 @@ func (m *Metrics) WatchBackupAge(age func() time.Duration) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ankusa_backup_age_seconds", Help: "Age of the newest successful backup taken by this process.",
 	}, func() float64 { return age().Seconds() }))
+}
+
+// IntakeReplay records a boot recovery's counts and duration.
+func (m *Metrics) IntakeReplay(applied, present, collided, unroutable, skipped int, d time.Duration) {
+	if m.intakeReplay == nil {
+		return
+	}
+	m.intakeReplay.WithLabelValues("applied").Add(float64(applied))
+	m.intakeReplay.WithLabelValues("present").Add(float64(present))
+	m.intakeReplay.WithLabelValues("collision").Add(float64(collided))
+	m.intakeReplay.WithLabelValues("unroutable").Add(float64(unroutable))
+	m.intakeReplay.WithLabelValues("skipped_unknown").Add(float64(skipped))
+	m.intakeReplayDur.Set(d.Seconds())
 }

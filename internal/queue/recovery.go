@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -115,6 +116,13 @@ func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, e
 			return sum, fmt.Errorf("%w: the store needs the log from position %d, the earliest retained is %d; run ankusa recover --allow-gap to accept the loss", ErrIntakeTruncated, from+1, earliest)
 		default:
 			log.Error("recovering over a gap in the intake log: hooks in it are lost", "wanted", from+1, "earliest", earliest, "lost_positions", earliest-from-1)
+			if !o.DryRun {
+				if err := audit(st, o.Now(), "intake.recover.allow_gap", map[string]any{
+					"node": o.Node, "wanted": from + 1, "earliest": earliest, "lost_positions": earliest - from - 1, "actor": "ankusa recover",
+				}); err != nil {
+					return sum, err
+				}
+			}
 		}
 	}
 
@@ -371,4 +379,19 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 	defer b.Close()
 	_ = b.Set(KeyIntakeSeq, store.U64(next-1), nil)
 	return st.ApplySync(b)
+}
+
+// audit writes one operator-action row (a synced write): an accepted gap
+// is a decision someone must be able to find later.
+func audit(st *store.Store, at time.Time, action string, detail map[string]any) error {
+	v, _ := json.Marshal(map[string]any{"action": action, "at": at.UTC().Format(time.RFC3339Nano), "detail": detail})
+	k := append([]byte{store.PrefixAudit}, store.U64(uint64(at.UnixNano()))...)
+	k = append(k, action...)
+	b := st.NewBatch()
+	defer b.Close()
+	_ = b.Set(k, v, nil)
+	if err := st.ApplySync(b); err != nil {
+		return fmt.Errorf("write audit row %s: %w", action, err)
+	}
+	return nil
 }

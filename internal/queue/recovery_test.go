@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -266,4 +267,29 @@ func TestRecovery_DryRunWritesNothing(t *testing.T) {
 		t.Fatal("dry run wrote the offset")
 	}
 	_ = intake.Position(0)
+}
+
+func TestRecovery_AllowGapWritesAnAuditRow(t *testing.T) {
+	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+	ackIntoLog(t, lg, 6)
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	b := st.NewBatch()
+	_ = b.Set(queue.KeyIntakeOffset, store.U64(1), nil)
+	if err := st.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := lg.Truncate(3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.AllowGap = true }); err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	_ = st.Scan([]byte{store.PrefixAudit}, []byte{store.PrefixAudit + 1}, func(_, v []byte) bool {
+		rows = append(rows, string(v))
+		return true
+	})
+	if len(rows) != 1 || !strings.Contains(rows[0], "intake.recover.allow_gap") || !strings.Contains(rows[0], `"lost_positions":2`) {
+		t.Fatalf("audit rows = %v, want one allow_gap row naming 2 lost positions", rows)
+	}
 }

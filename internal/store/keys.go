@@ -22,6 +22,7 @@ const (
 	PrefixSinkNum  byte = 'k' // k + source 0 sink-id                         → sink number(2)
 	PrefixJob      byte = 'j' // j + job id                                   → replay job JSON
 	PrefixRate     byte = 'r' // r + tenant                                   → rate-limit override JSON
+	PrefixAudit    byte = 'a' // a + at(8, unix ns) + action                   → audit JSON (operator actions)
 	PrefixPen      byte = 'p' // p + received_at(8) + id(16)                  → quarantined hook (internal/quarantine)
 	PrefixSource   byte = 's' // s + source id                                → API-managed source JSON
 	PrefixProbe    byte = 'z' // z:probe                                      → readiness probe stamp
