@@ -1,6 +1,10 @@
 package admin
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/ankusa/ankusa/internal/store"
+)
 
 // walView is GET /v1/wal. Intake is null under wal.type: disk: there is no
 // intake log to report.
@@ -35,8 +39,14 @@ func (a *api) wal(w http.ResponseWriter, _ *http.Request) {
 		case ds.GateOpen:
 			state = "open"
 		}
+		var partition any // null until a partitioned adapter stamped one
+		if v, err := a.d.Store.Get([]byte("m:intake_partition")); err == nil {
+			if n, ok := store.ParseU64(v); ok {
+				partition = n
+			}
+		}
 		in = map[string]any{
-			"node": ds.Node, "partition": 0, "offset": ds.Offset, "watermark": ds.Watermark,
+			"node": ds.Node, "partition": partition, "offset": ds.Offset, "watermark": ds.Watermark,
 			"pending": ds.Pending.Records, "pending_bytes": ds.Pending.Bytes, "stuck": ds.Pending.Stuck,
 			"state": state,
 		}
