@@ -11,6 +11,7 @@ package backup_test
 import (
 	"bytes"
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -535,7 +536,6 @@ func TestS3Fake_LargeObject(t *testing.T) {
 	if keys := listKeys(t, s, ""); len(keys) != 1 || keys[0] != "p/shared/big" {
 		t.Fatalf("List = %q, want only p/shared/big", keys)
 	}
-	t.Logf("multipart requests: %v", f.multipart)
 	if f.multipartCount("complete") != 1 {
 		t.Fatalf("a failed Put completed a multipart upload: %v", f.multipart)
 	}
@@ -544,3 +544,69 @@ func TestS3Fake_LargeObject(t *testing.T) {
 type cancelAt struct{ cancel context.CancelFunc }
 
 func (c cancelAt) Read([]byte) (int, error) { c.cancel(); return 0, io.EOF }
+
+// incompleteUploads lists the bucket's multipart uploads that were neither
+// completed nor aborted (ListMultipartUploads, straight over HTTP: gofakes3
+// does not check signatures).
+func (f *fakeS3) incompleteUploads(t *testing.T, bucket string) []string {
+	t.Helper()
+	resp, err := http.Get(f.srv.URL + "/" + bucket + "?uploads")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Uploads []struct {
+			Key      string `xml:"Key"`
+			UploadID string `xml:"UploadId"`
+		} `xml:"Upload"`
+	}
+	if err := xml.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("ListMultipartUploads: %v", err)
+	}
+	var keys []string
+	for _, u := range out.Uploads {
+		keys = append(keys, u.Key+"#"+u.UploadID)
+	}
+	return keys
+}
+
+// TestS3Fake_FailedMultipartPutIsAborted: a Put that fails after some parts
+// reached the server must publish nothing (the contract) and should abort
+// its multipart upload, or the parts stay billed in a real bucket until a
+// lifecycle rule removes them. The second half is a known bug (see the
+// skip message): blobStore.Put aborts by cancelling the upload's context,
+// and the AWS transfer manager (FailTimeout 0, which gocloud's s3blob does
+// not set) sends AbortMultipartUpload with that same, cancelled context, so
+// the abort never leaves the client.
+func TestS3Fake_FailedMultipartPutIsAborted(t *testing.T) {
+	f := newFakeS3(t)
+	raw := f.newBucket(t)
+	bucket := strings.TrimPrefix(strings.SplitN(raw, "?", 2)[0], "s3://")
+	s := f.open(t, raw)
+
+	boom := errors.New("checkpoint file unreadable after 18 MiB")
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = pw.Write(make([]byte, 18<<20))
+		// Let the parts already handed to the uploader reach the server.
+		deadline := time.Now().Add(10 * time.Second)
+		for f.multipartCount("part") < 2 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		pw.CloseWithError(boom)
+	}()
+	if err := s.Put(context.Background(), "p/shared/sst", pr); !errors.Is(err, boom) {
+		t.Fatalf("Put = %v, want %v", err, boom)
+	}
+	if ok, err := s.Exists(context.Background(), "p/shared/sst"); ok || err != nil {
+		t.Fatalf("Exists after a failed Put = %v, %v; want false", ok, err)
+	}
+	if f.multipartCount("create") != 1 || f.multipartCount("part") < 2 || f.multipartCount("complete") != 0 {
+		t.Fatalf("requests %v: want one multipart upload with parts and no completion", f.multipart)
+	}
+	if left := f.incompleteUploads(t, bucket); len(left) > 0 {
+		t.Skipf("KNOWN BUG (reported, not fixed here): a failed multipart Put left %d incomplete upload(s) %q with %d part(s) and sent %d AbortMultipartUpload",
+			len(left), left, f.multipartCount("part"), f.multipartCount("abort"))
+	}
+}
