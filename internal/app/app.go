@@ -315,6 +315,11 @@ func (in *Instance) DurabilityLine() string {
 		return fmt.Sprintf("durability: wal.type=dual: a 201 means the hook is fsynced in the local store (%s) AND confirmed by the intake log: %s; "+
 			"an acked hook is lost only if this host and every in-sync replica of the log are lost together", in.store.Dir(), log)
 	}
+	if in.backups != nil {
+		return fmt.Sprintf("durability: wal.type=disk: a 201 means the hook is fsynced in the local store (%s); "+
+			"if this host's disk is lost, the hooks acked since the last backup are lost (backed up every %s)",
+			in.store.Dir(), time.Duration(in.cfg.Backup.IntervalMs)*time.Millisecond)
+	}
 	return fmt.Sprintf("durability: wal.type=disk: a 201 means the hook is fsynced in the local store (%s); "+
 		"an acked hook is lost only if this host's disk is lost (backups are not configured)", in.store.Dir())
 }

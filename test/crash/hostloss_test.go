@@ -243,6 +243,7 @@ type hostLossResult struct {
 	acks                                   int // 201s, duplicates included
 	ids                                    int // distinct acked ids
 	afterBackup, afterBackupGenerous       int // ids first acked after the last backup seen (strict / generous)
+	afterManifest                          int // ids first acked after the restored manifest's created_at; -1 if unknown
 	backupsSeen, backupsLogged, backupErrs int
 	delivered, missing, redelivered, extra int
 	missingBeforeBackup                    int // missing ids first acked before the last backup (generous bound)
@@ -257,6 +258,8 @@ var (
 	recoveryLineRE  = regexp.MustCompile(`(?m)^.*intake recovery done.*$`)
 	noBackupLineRE  = regexp.MustCompile(`(?m)^.*no backup to restore.*$`)
 	logTimePrefixRE = regexp.MustCompile(`^time=\S+ `)
+	createdAtRE     = regexp.MustCompile(`created_at=(\S+)`)
+	durabilityRE    = regexp.MustCompile(`durability: [^"]*`)
 )
 
 func firstMatch(re *regexp.Regexp, s string) string {
@@ -295,10 +298,10 @@ func TestHostLoss_DualVersusDisk(t *testing.T) {
 		}
 	}
 	for _, r := range results {
-		t.Logf("%-4s: acked %d ids (%d acks), acked after the last backup %d (generous %d); delivered %d, missing %d "+
+		t.Logf("%-4s: acked %d ids (%d acks), acked after the last backup %d (after its manifest's created_at %d, generous %d); delivered %d, missing %d "+
 			"(of them acked before the last backup %d), redelivered %d, delivered but never acked %d; "+
 			"backups seen %d (node logged %d, failed runs %d); load %s, replacement ready %s, drain %s",
-			r.mode, r.ids, r.acks, r.afterBackup, r.afterBackupGenerous, r.delivered, r.missing, r.missingBeforeBackup,
+			r.mode, r.ids, r.acks, r.afterBackup, r.afterManifest, r.afterBackupGenerous, r.delivered, r.missing, r.missingBeforeBackup,
 			r.redelivered, r.extra, r.backupsSeen, r.backupsLogged, r.backupErrs,
 			r.load.Round(time.Millisecond), r.ready.Round(time.Millisecond), r.drain.Round(time.Millisecond))
 	}
@@ -334,14 +337,22 @@ func hostLossPhase(t *testing.T, dual bool, seed uint64) hostLossResult {
 	n := startNodeWith(t, work, dataDir, mode+"-a", cfg)
 	var led timedLedger
 	bw := &backupWatch{}
-	st := driveUntilBackupThenKill(t, n, &led, bw, mode, seed)
+	st, killAt := driveUntilBackupThenKill(t, n, &led, bw, mode, seed)
 	res.load = time.Since(loadStart)
 	res.refusedWhileDown = g.refused.Load()
 	res.acks = led.len()
 	if sig := n.cmd.ProcessState.Sys().(syscall.WaitStatus); !sig.Signaled() || sig.Signal() != syscall.SIGKILL {
 		t.Errorf("%s: doomed node ended with %v, want killed by SIGKILL", mode, n.cmd.ProcessState)
 	}
-	res.backupsLogged = len(backupTakenRE.FindAllStringIndex(n.log(64<<20), -1))
+	doomedLog := n.log(64 << 20)
+	res.backupsLogged = len(backupTakenRE.FindAllStringIndex(doomedLog, -1))
+	if d := durabilityRE.FindString(doomedLog); d != "" {
+		t.Logf("%s: the doomed node's startup line: %s", mode, d)
+		if strings.Contains(d, "backups are not configured") {
+			t.Logf("%s: NOTE: the startup line says backups are not configured, but backup.enabled is true "+
+				"(internal/app/app.go Instance.DurabilityLine ignores cfg.Backup)", mode)
+		}
+	}
 	logNodeProblems(t, n, mode+", doomed node")
 
 	// 2. Host loss: the data dir is gone.
@@ -364,6 +375,10 @@ func hostLossPhase(t *testing.T, dual bool, seed uint64) hostLossResult {
 		t.Errorf("%s: the replacement did not restore a backup: %q", mode, res.restoreLine)
 	}
 	res.recoveryLine = firstMatch(recoveryLineRE, boot)
+	var createdAt time.Time
+	if m := createdAtRE.FindStringSubmatch(res.restoreLine); m != nil {
+		createdAt, _ = time.Parse(time.RFC3339Nano, m[1])
+	}
 	t.Logf("%s: replacement ready in %s; %s", mode, res.ready.Round(time.Millisecond), res.restoreLine)
 	if dual {
 		t.Logf("%s: %s", mode, res.recoveryLine)
@@ -398,6 +413,10 @@ func hostLossPhase(t *testing.T, dual bool, seed uint64) hostLossResult {
 	}
 	q := waitSettled(t, n2, 1)
 	res.drain = time.Since(restartStart)
+	res.afterManifest = -1
+	if !createdAt.IsZero() {
+		res.afterManifest = 0
+	}
 	if !dual {
 		remaining = g.rv.missingOf(remaining)
 	}
@@ -417,6 +436,9 @@ func hostLossPhase(t *testing.T, dual bool, seed uint64) hostLossResult {
 		at := first[id]
 		if haveBackup && at.After(last.seenAt) {
 			res.afterBackup++
+		}
+		if !createdAt.IsZero() && at.After(createdAt) {
+			res.afterManifest++
 		}
 		generous := haveBackup && at.After(last.prevPoll.Add(-hostLossBackupSlack))
 		if generous {
@@ -440,11 +462,11 @@ func hostLossPhase(t *testing.T, dual bool, seed uint64) hostLossResult {
 		}
 	}
 	t.Logf("%s: acked %d ids (%d acks, %d duplicate), ingest 503 %d, cut by the kill %d; receiver refused %d attempts while down; "+
-		"last backup seen at ok=%d, %s before the kill window (%d acks then); acked after it %d ids (generous %d); "+
+		"last backup seen at ok=%d, %s before the kill (%d acks then); acked after it %d ids (after the restored manifest's created_at %d, generous %d); "+
 		"delivered %d, missing %d (acked before the last backup %d), redelivered %d, delivered but never acked %d; "+
 		"queue after drain: pending %v inflight %v dead %v, wal hooks %d deliveries %d; load %s, ready %s, drain %s",
 		mode, res.ids, res.acks, st.dups.Load(), st.refused.Load(), st.cutByKill.Load(), res.refusedWhileDown,
-		last.ok, time.Since(last.seenAt).Round(time.Millisecond), last.acks, res.afterBackup, res.afterBackupGenerous,
+		last.ok, killAt.Sub(last.seenAt).Round(time.Millisecond), last.acks, res.afterBackup, res.afterManifest, res.afterBackupGenerous,
 		res.delivered, res.missing, res.missingBeforeBackup, res.redelivered, res.extra,
 		q.pending, q.inflight, q.dead, q.hooks, q.deliveries,
 		res.load.Round(time.Millisecond), res.ready.Round(time.Millisecond), res.drain.Round(time.Millisecond))
@@ -512,7 +534,7 @@ func hostLossPhase(t *testing.T, dual bool, seed uint64) hostLossResult {
 // its /metrics for successful backups, and once a backup was seen and
 // hostLossAfterBackup more acks were recorded after it, kills n with
 // SIGKILL while the posters are still posting.
-func driveUntilBackupThenKill(t *testing.T, n *node, led *timedLedger, bw *backupWatch, mode string, seed uint64) *loadStats {
+func driveUntilBackupThenKill(t *testing.T, n *node, led *timedLedger, bw *backupWatch, mode string, seed uint64) (*loadStats, time.Time) {
 	t.Helper()
 	st := &loadStats{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -567,6 +589,7 @@ func driveUntilBackupThenKill(t *testing.T, n *node, led *timedLedger, bw *backu
 	// backup could complete unseen.
 	bw.poll(metricsClient, n.adminURL, led)
 	st.killed.Store(true)
+	killAt := time.Now()
 	if err := n.signal(syscall.SIGKILL); err != nil {
 		t.Fatalf("%s: SIGKILL: %v", mode, err)
 	}
@@ -581,5 +604,5 @@ func driveUntilBackupThenKill(t *testing.T, n *node, led *timedLedger, bw *backu
 	if b := st.badAnswer.Load(); b != 0 {
 		t.Errorf("%s: %d answers were 201 without a valid ack body", mode, b)
 	}
-	return st
+	return st, killAt
 }
