@@ -479,3 +479,6 @@ func (in *Instance) refuseWhileRecovering(h http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
+
+// Config is the instance's effective configuration.
+func (in *Instance) Config() *config.Config { return in.cfg }
