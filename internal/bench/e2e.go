@@ -143,8 +143,17 @@ type E2EResult struct {
 	// deliveries per second (0 without latency).
 	Ceiling float64
 	// AckToDeliveryP50/P99 are, per acked hook, from reading its 201 to the
-	// receiver's answer to its first delivery (nearest rank).
+	// receiver's answer to its first delivery (nearest rank; a delivery
+	// before the 201 counts as 0).
 	AckToDeliveryP50, AckToDeliveryP99 time.Duration
+	// DeliveredBeforeAck counts hooks first delivered before their 201 was
+	// read. Delivery waits for the local fsync only, so under disk a
+	// delivery may beat the 201 by the time the answer takes to reach the
+	// client; under dual it may also beat the log's confirm (by design:
+	// the local half makes a hook deliverable). MaxLeadBeforeAck is the
+	// largest such lead.
+	DeliveredBeforeAck uint64
+	MaxLeadBeforeAck   time.Duration
 	// Reclaimed is true when the store held no hook at the end: every
 	// delivered hook was reclaimed, so no retry could still be pending.
 	Reclaimed bool
@@ -389,6 +398,10 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 		if t.After(last) {
 			last = t
 		}
+		if d := t.Sub(a.at); d < 0 {
+			res.DeliveredBeforeAck++
+			res.MaxLeadBeforeAck = max(res.MaxLeadBeforeAck, -d)
+		}
 		lat = append(lat, max(0, t.Sub(a.at)))
 	}
 	for id := range rc.first {
@@ -498,12 +511,17 @@ func PrintE2E(w io.Writer, r E2EResult) {
 		fmt.Fprintf(w, " (receiver ceiling %.0f/s = %.2fx of it)", r.Ceiling, r.DeliveredPerSec/r.Ceiling)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  after ingest: the backlog of %d delivered in %s = %.0f/s", r.BacklogAtIngestEnd, fmtSecs(r.AfterIngest), r.AfterIngestPerSec)
-	if r.Ceiling > 0 {
-		fmt.Fprintf(w, " (%.2fx of the ceiling)", r.AfterIngestPerSec/r.Ceiling)
+	if r.BacklogAtIngestEnd > 0 {
+		fmt.Fprintf(w, "  after ingest: the backlog of %d delivered in %s = %.0f/s", r.BacklogAtIngestEnd, fmtSecs(r.AfterIngest), r.AfterIngestPerSec)
+		if r.Ceiling > 0 {
+			fmt.Fprintf(w, " (%.2fx of the ceiling)", r.AfterIngestPerSec/r.Ceiling)
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprintln(w, "  after ingest: no backlog (delivery kept up with ingest)")
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintf(w, "  201 -> delivered: p50=%s p99=%s\n", fmtDur(r.AckToDeliveryP50), fmtDur(r.AckToDeliveryP99))
+	fmt.Fprintf(w, "  201 -> delivered: p50=%s p99=%s; delivered before their 201 was read: %d (by up to %s)\n",
+		fmtDur(r.AckToDeliveryP50), fmtDur(r.AckToDeliveryP99), r.DeliveredBeforeAck, fmtDur(r.MaxLeadBeforeAck))
 	fmt.Fprintf(w, "  missing=%d  duplicates=%d  unknown=%d  receiver_calls=%d  reclaimed=%t", r.Missing, r.Duplicates, r.Unknown, r.Calls, r.Reclaimed)
 	if r.CPU >= 0 {
 		fmt.Fprintf(w, "  cpu=%.2f other_cpu=%.2f", r.CPU, r.OtherCPU)

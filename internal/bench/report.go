@@ -215,7 +215,7 @@ func Evaluate(rs []Result) Verdict {
 			thr.Detail += fmt.Sprintf(", disk errors=%d", d.Errors)
 		}
 	} else {
-		thr.Detail = fmt.Sprintf("not measured (run with -c including %d and -b %d)", TargetRatioClients, TargetBodyBytes)
+		thr.Detail = fmt.Sprintf("not measured (run -mode including disk with -c including %d and -b %d)", TargetRatioClients, TargetBodyBytes)
 	}
 	v.Checks = append(v.Checks, thr)
 
@@ -228,7 +228,7 @@ func Evaluate(rs []Result) Verdict {
 			lat.Detail += fmt.Sprintf(", disk errors=%d", d.Errors)
 		}
 	} else {
-		lat.Detail = fmt.Sprintf("not measured (run with -c including %d and -b %d)", TargetP99Clients, TargetBodyBytes)
+		lat.Detail = fmt.Sprintf("not measured (run -mode including disk with -c including %d and -b %d)", TargetP99Clients, TargetBodyBytes)
 	}
 	v.Checks = append(v.Checks, lat)
 

@@ -214,9 +214,20 @@ func (q *Queue) Start() {
 		rec := &reconciler{w: q.writer, d: d}
 		go rec.run(ctx)
 	}
+	var pubDone chan struct{}
+	if d := q.writer.dual; d != nil {
+		pubDone = make(chan struct{})
+		go func() { defer close(pubDone); d.pub.run() }()
+	}
 	go func() {
 		defer close(q.done)
 		q.writer.run(ctx)
+		if pubDone != nil {
+			// Groups the writer issued are published before the stop
+			// completes: their callers are answered, not abandoned.
+			q.writer.dual.pub.stop()
+			<-pubDone
+		}
 		// The syncer outlives the writer so that the last groups handed to
 		// it are synced and answered rather than dropped.
 		q.syncer.stop()

@@ -58,7 +58,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,6 +66,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/natsclient"
 )
 
 // SubjectPrefix is the first two tokens of every intake subject.
@@ -146,7 +146,6 @@ type Options struct {
 // Intake is one node's view of the JetStream intake stream. Its methods are
 // safe for concurrent use.
 type Intake struct {
-	url          string
 	stream       string
 	subject      string
 	node         string
@@ -154,15 +153,8 @@ type Intake struct {
 	backupMaxAge time.Duration
 	verify       bool
 	log          *slog.Logger
-	auth         []nats.Option
-
-	denied denials
-
-	mu        sync.Mutex
-	conn      *conn // REQUIRES: mu held; replaced when the client gives up on it
-	closed    bool  // REQUIRES: mu held
-	stop      chan struct{}
-	redialing sync.WaitGroup
+	denied       *natsclient.Denials
+	client       *natsclient.Client[*conn]
 
 	replicas atomic.Int64 // from the last stream info; 0 = not seen yet
 	skipped  atomic.Int64
@@ -189,7 +181,8 @@ func Open(o Options) (*Intake, error) {
 	case o.BackupMaxAge < 0:
 		return nil, fmt.Errorf("jetstream intake: backup max age %s < 0", o.BackupMaxAge)
 	}
-	auth, err := authOptions(o)
+	auth, err := natsclient.AuthOptions(natsclient.Auth{User: o.User, Password: o.Password,
+		Token: o.Token, CredsFile: o.CredsFile, NKeyFile: o.NKeyFile})
 	if err != nil {
 		return nil, fmt.Errorf("jetstream intake: %w", err)
 	}
@@ -198,23 +191,18 @@ func Open(o Options) (*Intake, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	in := &Intake{
-		url:          o.URL,
 		stream:       o.Stream,
 		subject:      Subject(o.Fleet, o.Node),
 		node:         o.Node,
 		maxRecord:    o.MaxRecordBytes,
 		backupMaxAge: o.BackupMaxAge,
 		verify:       o.VerifyTopic,
-		auth:         auth,
-		denied:       newDenials(),
-		stop:         make(chan struct{}),
+		denied:       natsclient.NewDenials(),
 	}
 	in.log = logger.With("component", "intake.jetstream", "stream", o.Stream, "subject", in.subject)
-	c, err := in.dial()
-	if err != nil {
-		return nil, fmt.Errorf("jetstream intake: connect to %s: %w", redactURL(o.URL), err)
+	if in.client, err = in.dial(o.URL, auth); err != nil {
+		return nil, fmt.Errorf("jetstream intake: connect to %s: %w", natsclient.RedactURL(o.URL), err)
 	}
-	in.conn = c
 	return in, nil
 }
 
@@ -237,12 +225,11 @@ func (in *Intake) Skipped() int { return int(in.skipped.Load()) }
 
 // current returns the live connection, or an Unavailable error once closed.
 func (in *Intake) current() (*conn, error) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.closed {
+	c, ok := in.client.Current()
+	if !ok {
 		return nil, &intake.Error{Class: intake.Unavailable, Err: ErrClosed}
 	}
-	return in.conn, nil
+	return c, nil
 }
 
 // PublishBatch publishes recs in order and returns the stream sequence of
@@ -305,7 +292,7 @@ func (in *Intake) PublishBatchPositions(ctx context.Context, recs []intake.Recor
 		return nil, in.classify(ctx, c, 0, err)
 	}
 
-	ctx, stopWatch := in.denied.watch(ctx)
+	ctx, stopWatch := in.denied.Watch(ctx)
 	defer stopWatch()
 	stall := defaultStallWait
 	if d, ok := ctx.Deadline(); ok {
@@ -428,18 +415,7 @@ func (in *Intake) Describe() string {
 // Close closes the connection. Calls after Close fail Unavailable
 // (ErrClosed). It is idempotent.
 func (in *Intake) Close() error {
-	in.mu.Lock()
-	if in.closed {
-		in.mu.Unlock()
-		return nil
-	}
-	in.closed = true
-	c := in.conn
-	close(in.stop)
-	in.mu.Unlock()
-	c.nc.Close()
-	in.redialing.Wait()
-	return nil
+	return in.client.Close()
 }
 
 // streamInfo fetches the stream and notes its replica count for Describe.

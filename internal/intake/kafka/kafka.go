@@ -20,6 +20,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/kafkaclient"
 )
 
 // ErrClosed is wrapped by the Unavailable error of a call on a closed Intake.
@@ -172,26 +173,17 @@ func Open(o Options) (*Intake, error) {
 	base := []kgo.Opt{
 		kgo.SeedBrokers(o.Brokers...),
 		kgo.ClientID("ankusa-intake"),
-		kgo.WithLogger(kgoLogger{logger}),
+		kgo.WithLogger(kafkaclient.Logger(logger)),
 		kgo.BrokerMaxWriteBytes(brokerMax),
 		kgo.BrokerMaxReadBytes(brokerMax),
 		// kgo.AllowAutoTopicCreation is deliberately absent: Ankusa never
 		// creates topics.
 	}
-	if o.SASL != nil {
-		opt, err := saslOpt(o.SASL)
-		if err != nil {
-			return nil, err
-		}
-		base = append(base, opt)
+	auth, err := kafkaclient.AuthOpts("kafka intake", o.SASL, o.TLS)
+	if err != nil {
+		return nil, err
 	}
-	if o.TLS != nil && o.TLS.Enabled {
-		tc, err := tlsConfig(o.TLS)
-		if err != nil {
-			return nil, err
-		}
-		base = append(base, kgo.DialTLSConfig(tc))
-	}
+	base = append(base, auth...)
 	produce := append(base[:len(base):len(base)],
 		kgo.DefaultProduceTopic(o.Topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),

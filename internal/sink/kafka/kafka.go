@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/kafkaclient"
 	"github.com/ankusa/ankusa/internal/sink"
 )
 
@@ -67,22 +68,13 @@ func New(cfg *config.KafkaSink, log *slog.Logger) (*Sink, error) {
 		// retries a record the broker did store; consumers dedupe on the
 		// idempotency key anyway.
 		kgo.AllowIdempotentProduceCancellation(),
-		kgo.WithLogger(kgoLogger{log.With("component", "sink.kafka", "topic", cfg.Topic)}),
+		kgo.WithLogger(kafkaclient.Logger(log.With("component", "sink.kafka", "topic", cfg.Topic))),
 	}
-	if cfg.SASL != nil {
-		o, err := saslOpt(cfg.SASL)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, o)
+	auth, err := kafkaclient.AuthOpts("kafka sink", cfg.SASL, cfg.TLS)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.TLS != nil && cfg.TLS.Enabled {
-		tc, err := tlsConfig(cfg.TLS)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
-	}
+	opts = append(opts, auth...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka sink: %w", err)

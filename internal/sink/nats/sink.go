@@ -18,9 +18,9 @@
 // the credentials) does not fail New: the client keeps reconnecting in the
 // background, forever, with capped exponential backoff, and Deliver returns
 // ErrNotConnected (transient) meanwhile. New blocks at most for one connect
-// attempt per URL (connectTimeout). Rejected design: dialling lazily on the
-// first Deliver, which would make the first hook pay the dial and hide a bad
-// URL until traffic arrives.
+// attempt per URL (natsclient.ConnectTimeout). Rejected design: dialling
+// lazily on the first Deliver, which would make the first hook pay the dial
+// and hide a bad URL until traffic arrives.
 package natssink
 
 import (
@@ -28,13 +28,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/natsclient"
 	"github.com/ankusa/ankusa/internal/sink"
 )
 
@@ -47,19 +47,11 @@ const connectionName = "ankusa-sink"
 
 // Sink publishes to one JetStream subject.
 type Sink struct {
-	url     string
 	subject string
 	timeout time.Duration
 	log     *slog.Logger
-	auth    []nats.Option
-
-	denied denials
-
-	mu        sync.Mutex
-	conn      *conn         // REQUIRES: mu held; replaced when the client gives up on it
-	closed    bool          // REQUIRES: mu held
-	stop      chan struct{} // closed by Close: ends a redial
-	redialing sync.WaitGroup
+	denied  *natsclient.Denials
+	client  *natsclient.Client[*conn]
 }
 
 var _ sink.Sink = (*Sink)(nil)
@@ -80,30 +72,27 @@ func New(cfg *config.NATSSink, log *slog.Logger) (*Sink, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	auth, err := authOptions(cfg)
+	auth, err := natsclient.AuthOptions(natsclient.Auth{User: cfg.User, Password: cfg.Password,
+		Token: cfg.Token, CredsFile: cfg.CredsFile, NKeyFile: cfg.NKeyFile})
 	if err != nil {
 		return nil, fmt.Errorf("nats sink: %w", err)
 	}
 	s := &Sink{
-		url:     cfg.URL,
 		subject: cfg.Subject,
 		timeout: defaultTimeout,
 		log:     log.With("component", "sink", "sink_type", "nats", "subject", cfg.Subject),
-		auth:    auth,
-		denied:  newDenials(),
-		stop:    make(chan struct{}),
+		denied:  natsclient.NewDenials(),
 	}
 	if cfg.TimeoutMs > 0 {
 		s.timeout = time.Duration(cfg.TimeoutMs) * time.Millisecond
 	}
-	c, err := s.dial()
-	if err != nil {
-		return nil, fmt.Errorf("nats sink: connect %s: %w", redactURL(cfg.URL), err)
+	if s.client, err = s.dial(cfg.URL, auth); err != nil {
+		return nil, fmt.Errorf("nats sink: connect %s: %w", natsclient.RedactURL(cfg.URL), err)
 	}
-	s.conn = c
+	c := s.current()
 	if st := c.nc.Status(); st != nats.CONNECTED {
 		s.log.Warn("nats server not reachable at start (down, or refusing the credentials); reconnecting in the background",
-			"url", redactURL(cfg.URL), "status", st.String(), "error", c.nc.LastError())
+			"url", natsclient.RedactURL(cfg.URL), "status", st.String(), "error", c.nc.LastError())
 	}
 	return s, nil
 }
@@ -140,7 +129,7 @@ func (s *Sink) Deliver(ctx context.Context, m *sink.Message) error {
 	// A publish permission violation reaches the client only as an
 	// asynchronous -ERR; without this watch the attempt would wait out its
 	// whole deadline and be mistaken for a transient timeout.
-	ctx, stopWatch := s.denied.watch(ctx)
+	ctx, stopWatch := s.denied.Watch(ctx)
 	defer stopWatch()
 
 	ack, err := c.js.PublishMsg(ctx, msg)
@@ -157,41 +146,14 @@ func (s *Sink) Deliver(ctx context.Context, m *sink.Message) error {
 // so this flushes what was written) and waits for it to close, at most
 // drainTimeout plus a grace. A redial in progress is stopped first.
 func (s *Sink) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
+	if err := s.client.Close(); err != nil {
+		return fmt.Errorf("nats sink: %w", err)
 	}
-	s.closed = true
-	close(s.stop)
-	s.mu.Unlock()
-	s.redialing.Wait()
-
-	s.mu.Lock()
-	c := s.conn
-	s.conn = nil
-	s.mu.Unlock()
-	if c == nil {
-		return nil
-	}
-	if err := c.nc.Drain(); err != nil {
-		// Reconnecting or already closed: Drain has closed it (or it was).
-		c.nc.Close()
-	}
-	t := time.NewTimer(drainTimeout + time.Second)
-	defer t.Stop()
-	select {
-	case <-c.done:
-		return nil
-	case <-t.C:
-		c.nc.Close()
-		return fmt.Errorf("nats sink: drain did not finish within %s", drainTimeout)
-	}
+	return nil
 }
 
 // current is the live connection, nil after Close.
 func (s *Sink) current() *conn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.conn
+	c, _ := s.client.Current()
+	return c
 }

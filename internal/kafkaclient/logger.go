@@ -1,4 +1,4 @@
-package kafka
+package kafkaclient
 
 import (
 	"context"
@@ -7,10 +7,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// kgoLogger sends franz-go's own log lines to slog. Its warnings and errors
-// (lost brokers, failed metadata) keep their level; its info and debug
-// lines are slog debug, and franz-go emits info only when slog debug is on,
-// debug never (it is per-request chatter).
+// Logger sends franz-go's own log lines to log (kgo.WithLogger(Logger(l))).
+// Its warnings and errors (lost brokers, failed metadata) keep their level;
+// its info and debug lines are slog debug, and franz-go emits info only when
+// slog debug is on, debug never (it is per-request chatter).
+func Logger(log *slog.Logger) kgo.Logger { return kgoLogger{log} }
+
 type kgoLogger struct{ log *slog.Logger }
 
 func (l kgoLogger) Level() kgo.LogLevel {
