@@ -50,7 +50,7 @@ commands:
   recover   replay the intake log into a stopped node's store (wal.type: dual):
             --config F [--node ID] [--from OFFSET|earliest|backup] [--dry-run] [--allow-gap]
   backup    now|list|verify --config F: back up a stopped node, list or verify the backups
-  bench     closed-loop load against disk mode and a null handler in one run
+  bench     closed-loop load: a null handler, then -mode disk,dual (-confirm-ms); bench e2e: ingest then delivery
   version   print the version
 `)
 }

@@ -176,6 +176,17 @@ func expectBackAfterOutage(t *testing.T, in *instance, within time.Duration, n i
 	return append(ids, postIntakeConcurrently(t, in, n, 2)...)
 }
 
+// waitIntakeReady waits, as a load balancer does, until GET /ready answers
+// 200: the adapter has seen the log answer since the node started. (A post
+// that arrives before that meets a gate that opened on the adapter's
+// not-yet-ready flag and refuses it for intake.probe_ms.)
+func waitIntakeReady(t *testing.T, in *instance) {
+	t.Helper()
+	testutil.Eventually(t, waitFor, "GET /ready to answer 200 (the intake adapter ready)", func() bool {
+		return in.api(http.MethodGet, "/ready", nil, nil) == http.StatusOK
+	})
+}
+
 // walIntake reads the intake object of GET /v1/wal.
 func walIntake(t *testing.T, in *instance) walIntakeView {
 	t.Helper()
@@ -368,6 +379,7 @@ func TestE2E_IntakeKafkaDual(t *testing.T) {
 	}
 
 	// 50 hooks, concurrently (so batches hold several records): all 201.
+	waitIntakeReady(t, in)
 	acked := postIntakeConcurrently(t, in, 50, 8)
 	entries := readKafkaTopic(t, c.ListenAddrs(), topic)
 	if len(entries) != len(acked) {
@@ -471,30 +483,24 @@ const jsTimeout = 30 * time.Second
 
 func startJSCluster(t *testing.T) *jsCluster {
 	t.Helper()
-	dir := t.TempDir()
-	ports := loopbackPorts(t, 6)
-	var routes []*url.URL
-	for i := range 3 {
-		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[3+i])})
-	}
 	c := &jsCluster{t: t, servers: make([]*server.Server, 3)}
-	for i := range 3 {
-		c.opts = append(c.opts, &server.Options{
-			ServerName:         fmt.Sprintf("n%d", i+1),
-			Host:               "127.0.0.1",
-			Port:               ports[i],
-			JetStream:          true,
-			StoreDir:           filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			JetStreamMaxMemory: 64 << 20,
-			JetStreamMaxStore:  1 << 30,
-			Cluster:            server.ClusterOpts{Name: "ankusa-e2e-intake", Host: "127.0.0.1", Port: ports[3+i]},
-			Routes:             routes,
-			NoLog:              true,
-			NoSigs:             true,
-		})
-	}
 	t.Cleanup(c.shutdown)
-	c.start(0, 1, 2)
+	// A port found free can be taken before its server binds it (an
+	// outgoing connection's ephemeral port, another test's listener): a
+	// server that cannot listen is never ready, so start again on fresh
+	// ports rather than fail the test on a collision.
+	for attempt := 1; ; attempt++ {
+		c.configure(t.TempDir(), loopbackPorts(t, 6))
+		err := c.startErr(10*time.Second, 0, 1, 2)
+		if err == nil {
+			break
+		}
+		c.shutdown()
+		if attempt == 3 {
+			t.Fatalf("start the cluster: %v (3 attempts)", err)
+		}
+		t.Logf("start the cluster, attempt %d: %v; again on fresh ports", attempt, err)
+	}
 	c.waitMetaLeader()
 	var err error
 	c.admin, err = nats.Connect(c.URL(), nats.Name("ankusa-e2e-admin"), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
@@ -505,6 +511,31 @@ func startJSCluster(t *testing.T) *jsCluster {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// configure sets the three servers' options: client ports ports[0:3],
+// route ports ports[3:6], stores under dir.
+func (c *jsCluster) configure(dir string, ports []int) {
+	var routes []*url.URL
+	for i := range 3 {
+		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[3+i])})
+	}
+	c.opts = nil
+	for i := range 3 {
+		c.opts = append(c.opts, &server.Options{
+			ServerName:         fmt.Sprintf("n%d", i+1),
+			Host:               "127.0.0.1",
+			Port:               ports[i],
+			JetStream:          true,
+			StoreDir:           filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+			JetStreamMaxMemory: 64 << 20,
+			JetStreamMaxStore:  1 << 30,
+			Cluster:            server.ClusterOpts{Name: "ankusa-e2e-intake", Host: "127.0.0.1", Port: ports[3+i]},
+			Routes:             routes, // a route to itself is detected and ignored
+			NoLog:              true,
+			NoSigs:             true,
+		})
+	}
 }
 
 // loopbackPorts returns n distinct loopback ports that were free a moment
@@ -532,17 +563,25 @@ func (c *jsCluster) URL() string {
 	return strings.Join(us, ",")
 }
 
-// start (re)starts servers on their ports and store directories, then
-// waits until each accepts connections (a clustered JetStream server is
-// ready only once it sees its routes, so they start together).
+// start restarts servers on their ports and store directories and waits
+// until each accepts connections.
 func (c *jsCluster) start(which ...int) {
 	c.t.Helper()
+	if err := c.startErr(jsTimeout, which...); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// startErr starts servers, then waits up to wait for each to listen (a
+// clustered JetStream server is ready only once it sees its routes, so they
+// start together).
+func (c *jsCluster) startErr(wait time.Duration, which ...int) error {
 	var started []*server.Server
 	for _, i := range which {
 		o := *c.opts[i] // a server keeps and edits its options: give each start a copy
 		s, err := server.NewServer(&o)
 		if err != nil {
-			c.t.Fatalf("server n%d: %v", i+1, err)
+			return fmt.Errorf("server n%d: %w", i+1, err)
 		}
 		s.Start()
 		c.mu.Lock()
@@ -551,10 +590,11 @@ func (c *jsCluster) start(which ...int) {
 		started = append(started, s)
 	}
 	for k, s := range started {
-		if !s.ReadyForConnections(jsTimeout) {
-			c.t.Fatalf("server n%d not ready after %s", which[k]+1, jsTimeout)
+		if !s.ReadyForConnections(wait) {
+			return fmt.Errorf("server n%d (ports %d, %d) not listening after %s", which[k]+1, c.opts[which[k]].Port, c.opts[which[k]].Cluster.Port, wait)
 		}
 	}
+	return nil
 }
 
 // stop shuts server i down and waits until it is gone.
@@ -747,6 +787,7 @@ func TestE2E_IntakeJetStreamDual(t *testing.T) {
 	}
 
 	subject := "ankusa.intake.default." + node
+	waitIntakeReady(t, in)
 	acked := postIntakeConcurrently(t, in, 30, 6)
 	checkLog(t, c.readStream(stream, subject), node, uint64(len(acked))+1, acked)
 
