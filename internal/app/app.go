@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -64,7 +65,8 @@ type Instance struct {
 	version  string
 	opts     Options
 	nums     map[store.SinkRef]uint16
-	restored bool // the store came from a backup at this boot
+	restored bool // the store came from a backup (its restore marker is still there)
+	storeDir string
 	// apiSources is nil unless source_store.type: persistent.
 	apiSources *apisources.Manager
 	stopped    atomic.Bool
@@ -106,10 +108,20 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		return nil, err
 	}
 	in.store = st
-	if in.restored {
-		if err := mintIncarnation(st, storeDir); err != nil {
+	in.storeDir = storeDir
+	if o.FS == nil {
+		restored, err := mintIncarnation(st, storeDir)
+		if err != nil {
 			_ = st.Close()
 			return nil, err
+		}
+		in.restored = restored
+		if restored && cfg.WAL.Type != "dual" {
+			// Nothing checks a restored disk store against a log: done.
+			if err := clearRestoreMarker(storeDir); err != nil {
+				_ = st.Close()
+				return nil, err
+			}
 		}
 	}
 	if cfg.Backup.Enabled {
@@ -304,7 +316,7 @@ func (in *Instance) closeIntake() {
 func (in *Instance) DurabilityLine() string {
 	if in.intake != nil {
 		log := in.intake.Describe()
-		if in.cfg.Intake.VerifyTopic != nil && !*in.cfg.Intake.VerifyTopic {
+		if in.cfg.Intake.VerifyTopic != nil && !*in.cfg.Intake.VerifyTopic && !strings.Contains(log, "UNVERIFIED") {
 			log += " (intake topic settings UNVERIFIED)"
 		}
 		if in.cfg.Intake.Type == "memory" {
@@ -356,6 +368,11 @@ func (in *Instance) StartContext(ctx context.Context) error {
 				in.log.Error("listener stopped", "addr", s.ln.Addr().String(), "err", err)
 			}
 		}()
+	}
+	if in.intake != nil {
+		if err := in.prepareIntake(ctx); err != nil {
+			return err
+		}
 	}
 	if recover {
 		if _, err := in.recoverOnBoot(ctx); err != nil {

@@ -76,22 +76,37 @@ func openLocations(ctx context.Context, cfg *config.Config) ([]backup.Store, fun
 	return locs, closeAll, nil
 }
 
-// mintIncarnation gives a restored store a new incarnation (DUR-6) and
-// drops the restore marker. Idempotent across a crash in between.
-func mintIncarnation(st *store.Store, dir string) error {
-	if _, ok, err := backup.ReadMarker(dir); err != nil || !ok {
-		return err
+// keyIncarnationFrom names the backup the current incarnation was minted
+// for, so a boot that finds the restore marker again does not mint twice.
+var keyIncarnationFrom = []byte("m:incarnation_from")
+
+// mintIncarnation gives a restored store a new incarnation (DUR-6), once
+// per restore. It reports whether the store is (still) a restored one: the
+// restore marker stays until boot recovery has succeeded (see
+// clearRestoreMarker), so a refused recovery — a truncated log — is refused
+// again at every boot instead of passing as an ordinary restart.
+func mintIncarnation(st *store.Store, dir string) (bool, error) {
+	id, ok, err := backup.ReadMarker(dir)
+	if err != nil || !ok {
+		return false, err
+	}
+	if v, _ := st.Get(keyIncarnationFrom); string(v) == id {
+		return true, nil
 	}
 	var raw [8]byte
 	_, _ = rand.Read(raw[:])
 	b := st.NewBatch()
 	defer b.Close()
 	_ = b.Set(keyIncarnation, []byte(hex.EncodeToString(raw[:])), nil)
+	_ = b.Set(keyIncarnationFrom, []byte(id), nil)
 	if err := st.ApplySync(b); err != nil {
-		return fmt.Errorf("mint incarnation: %w", err)
+		return true, fmt.Errorf("mint incarnation: %w", err)
 	}
-	return backup.RemoveMarker(dir)
+	return true, nil
 }
+
+// clearRestoreMarker ends the restored state once nothing else needs it.
+func clearRestoreMarker(dir string) error { return backup.RemoveMarker(dir) }
 
 // incarnation reads the store's incarnation ("0" before any restore).
 func incarnation(st *store.Store) string {

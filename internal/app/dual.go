@@ -137,26 +137,45 @@ func dualOptions(cfg *config.Config, in intake.Intake, inc string, obs queue.Dua
 	}
 }
 
-// recoverOnBoot runs ADR section 8 before the node serves: wait for the log
-// (Verify, retried every probe_ms), replay this node's tail into the store,
-// republish local hooks above the watermark.
-func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
+// prepareIntake waits for the log (Verify, retried every probe_ms) and
+// stamps this node's partition: under dual every boot needs both, whether
+// or not it recovers.
+func (in *Instance) prepareIntake(ctx context.Context) error {
 	probe := time.Duration(in.cfg.Intake.ProbeMs) * time.Millisecond
 	for {
 		err := in.intake.Verify(ctx)
 		if err == nil {
 			break
 		}
-		in.log.Warn("intake log not verified; waiting before recovery", "err", err, "retry_in", probe)
+		in.log.Warn("intake log not verified; waiting", "err", err, "retry_in", probe)
 		select {
 		case <-ctx.Done():
-			return queue.Summary{}, fmt.Errorf("boot recovery: %w (last error: %v)", ctx.Err(), err)
+			return fmt.Errorf("intake: %w (last error: %v)", ctx.Err(), err)
 		case <-time.After(probe):
 		}
 	}
 	if err := stampPartition(ctx, in.store, in.intake, in.cfg.Intake.NodeID); err != nil {
-		return queue.Summary{}, err
+		return err
 	}
+	// An adapter learns it is ready in the background (Kafka: a metadata
+	// answer for the stamped partition). A hook that arrived before that
+	// would open the gate for a whole probe_ms, so give Ready a moment
+	// before serving; a log that stays unready is the gate's business.
+	deadline := time.Now().Add(probe)
+	for !in.intake.Ready() && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// recoverOnBoot runs ADR section 8 before the node serves: replay this
+// node's tail into the store, republish local hooks above the watermark.
+// REQUIRES: prepareIntake succeeded.
+func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
 	origin := queue.OriginExisting
 	switch {
 	case in.restored:
@@ -173,12 +192,21 @@ func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
 		Logger:  in.log,
 	})
 	skipped := 0
-	if sk, ok := in.intake.(interface{ Skipped() int }); ok {
+	switch sk := in.intake.(type) {
+	case interface{ Skipped() int }:
 		skipped = sk.Skipped()
+	case interface{ Skipped() int64 }:
+		skipped = int(sk.Skipped())
 	}
 	in.metrics.IntakeReplay(sum.Applied, sum.Present, sum.Collided, sum.Unroutable, skipped, time.Since(start))
 	if err != nil {
 		return sum, fmt.Errorf("boot recovery: %w", err)
+	}
+	if in.restored {
+		if err := clearRestoreMarker(in.storeDir); err != nil {
+			return sum, err
+		}
+		in.restored = false
 	}
 	return sum, nil
 }
@@ -197,4 +225,26 @@ func (in *Instance) route(source string) (queue.Route, bool) {
 		r.DedupeTTL = time.Duration(sc.Dedupe.TTLSeconds) * time.Second
 	}
 	return r, true
+}
+
+// usePartition gives the adapter its partition without writing: the
+// stamped one, or the one a first boot would stamp (--dry-run).
+func usePartition(ctx context.Context, st *store.Store, in intake.Intake, node string) error {
+	pa, ok := in.(interface {
+		intake.PartitionAssigner
+		SetPartition(int32) error
+	})
+	if !ok {
+		return nil
+	}
+	if v, err := st.Get(keyIntakePartition); err != nil {
+		return err
+	} else if n, ok := store.ParseU64(v); ok {
+		return pa.SetPartition(int32(n))
+	}
+	p, err := pa.AssignPartition(ctx, node)
+	if err != nil {
+		return fmt.Errorf("assign intake partition: %w", err)
+	}
+	return pa.SetPartition(p)
 }

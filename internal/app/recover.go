@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 
+	"github.com/ankusa/ankusa/internal/backup"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/queue"
@@ -66,6 +68,16 @@ func Recover(ctx context.Context, cfg *config.Config, f RecoverFlags, log *slog.
 	if err := in.Verify(ctx); err != nil {
 		return queue.Summary{}, fmt.Errorf("recover: intake topology: %w", err)
 	}
+	if !f.DryRun {
+		if err := stampPartition(ctx, st, in, cfg.Intake.NodeID); err != nil {
+			return queue.Summary{}, err
+		}
+	} else if err := usePartition(ctx, st, in, cfg.Intake.NodeID); err != nil {
+		return queue.Summary{}, err
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Node.DataDir, "store", backup.MarkerName)); err == nil {
+		origin = queue.OriginRestored
+	}
 	var refs []store.SinkRef
 	for id, sc := range cfg.Sources {
 		for _, k := range sc.Sinks {
@@ -77,8 +89,14 @@ func Recover(ctx context.Context, cfg *config.Config, f RecoverFlags, log *slog.
 		return queue.Summary{}, err
 	}
 	r := &Instance{cfg: cfg, nums: nums}
-	return queue.Recover(ctx, st, queue.RecoverOptions{
+	sum, err := queue.Recover(ctx, st, queue.RecoverOptions{
 		Intake: in, Node: cfg.Intake.NodeID, Origin: origin, From: from,
 		AllowGap: f.AllowGap, DryRun: f.DryRun, Resolve: r.route, Logger: log,
 	})
+	if err == nil && !f.DryRun && origin == queue.OriginRestored {
+		// The restored store is now recovered: the next boot is an
+		// ordinary restart.
+		err = clearRestoreMarker(filepath.Join(cfg.Node.DataDir, "store"))
+	}
+	return sum, err
 }

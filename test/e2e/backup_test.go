@@ -11,6 +11,9 @@ import (
 
 	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/intake/intaketest"
+	"github.com/ankusa/ankusa/internal/intake/memory"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
 
@@ -147,5 +150,71 @@ func TestE2E_BackupCommands(t *testing.T) {
 	})
 	if _, err := app.BackupCommand(context.Background(), cfg, "verify", log); err == nil {
 		t.Fatal("verify passed a tampered manifest")
+	}
+}
+
+// TestE2E_TruncatedLogRefusesARestoredStoreAtEveryBoot: a restored store
+// whose log no longer reaches back to its backup's offset is refused at
+// boot, and again at the next boot (a supervisor's restart must not turn
+// the refusal into an ordinary start), until ankusa recover --allow-gap
+// accepts the gap.
+func TestE2E_TruncatedLogRefusesARestoredStoreAtEveryBoot(t *testing.T) {
+	loc, logDir := t.TempDir(), filepath.Join(t.TempDir(), "intake")
+	rc := newReceiver(t, status(503))
+	a := startInstance(t, rc, chain(dualOn(logDir, ""), withBackups(loc)))
+	for range 3 {
+		a.post(`{}`, "application/json")
+	}
+	// A clean stop: the final backup's offset is the log head (position 2).
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The node went on writing after that backup, and retention has since
+	// dropped the first of those records: positions 3 and 4 are gone.
+	lg, err := memory.Open(memory.Options{Dir: logDir, Node: "node-a", Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(100); seq < 103; seq++ {
+		if _, err := lg.PublishBatch(context.Background(), []intake.Record{intaketest.NewRecord("node-a", seq)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lg.Truncate(4); err != nil {
+		t.Fatal(err)
+	}
+	_ = lg.Close()
+
+	dataDir := t.TempDir()
+	cfg := config.Default()
+	cfg.Node.Instance, cfg.Node.DataDir = "e2e", dataDir
+	cfg.HTTP.IP, cfg.HTTP.Port = "127.0.0.1", 0
+	cfg.Admin.IP, cfg.Admin.Port = "127.0.0.1", 0
+	chain(dualOn(logDir, dataDir), withBackups(loc))(cfg)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	boot := func() error {
+		in, err := app.New(cfg, app.Options{Logger: testutil.Logger(t)})
+		if err != nil {
+			return err
+		}
+		err = in.Start()
+		if serr := in.Stop(context.Background()); err == nil {
+			err = serr
+		}
+		return err
+	}
+	for i := range 2 {
+		if err := boot(); err == nil || !strings.Contains(err.Error(), "intake_truncated") {
+			t.Fatalf("boot %d of the restored store: %v, want intake_truncated", i+1, err)
+		}
+	}
+	sum, err := app.Recover(context.Background(), cfg, app.RecoverFlags{AllowGap: true}, testutil.Logger(t))
+	if err != nil || !sum.Gap {
+		t.Fatalf("recover --allow-gap: %s %v", sum, err)
+	}
+	if err := boot(); err != nil {
+		t.Fatalf("boot after --allow-gap: %v", err)
 	}
 }
