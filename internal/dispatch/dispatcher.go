@@ -300,15 +300,9 @@ func (d *Dispatcher) takeResults() []result {
 // drainResults records the attempts that finished at shutdown; cancelled
 // ones keep their rows inflight, to be returned to due at the next start.
 func (d *Dispatcher) drainResults() {
-	var keep []result
-	for _, r := range d.takeResults() {
-		if r.err != nil && isCancel(r.err) {
-			continue
-		}
-		keep = append(keep, r)
-	}
-	if len(keep) > 0 {
-		d.record(keep)
+	// record leaves cancelled attempts' rows inflight.
+	if rs := d.takeResults(); len(rs) > 0 {
+		d.record(rs)
 	}
 }
 

@@ -63,6 +63,12 @@ func (d *Dispatcher) record(rs []result) {
 		c := r.c
 		d.inflight--
 		d.inflightBytes -= c.size
+		if isCancel(r.err) {
+			// Shutdown interrupted the attempt: not the sink's fault. The
+			// row stays inflight and returns to due at the next start
+			// without spending an attempt.
+			continue
+		}
 		dl := c.delivery
 		dl.Attempts++
 		_ = b.Delete(store.InflightKey(c.seq, c.num), nil)
@@ -76,11 +82,7 @@ func (d *Dispatcher) record(rs []result) {
 			continue
 		}
 		permanent, retryAfter := sink.Classify(r.err)
-		if isCancel(r.err) {
-			// Shutdown interrupted the attempt: not the sink's fault, no
-			// attempt spent, delivered again after the restart.
-			dl.Attempts--
-		} else if permanent {
+		if permanent {
 			// The target answered and refused this hook: it is up, so its
 			// breaker stays closed for the others.
 			br.success()

@@ -1,0 +1,405 @@
+package e2e_test
+
+// BenchmarkDualJetStreamVsDisk compares, in the same run, the ingest path
+// of an in-process node under wal.type: disk with the same node under
+// wal.type: dual on a JetStream R3 stream (three embedded nats-server
+// instances clustered on loopback). It is a closed-loop load, not a timed
+// test: benchConcurrency goroutines each post a 1 KiB body, wait for the
+// answer and post again, for benchWindow after a short warm-up. b.N is
+// ignored; run it with -benchtime 1x.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ankusa/ankusa/internal/app"
+	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+const (
+	benchConcurrency = 512
+	benchBodySize    = 1 << 10
+	benchWarmup      = time.Second
+	benchWindow      = 5 * time.Second
+	benchStream      = "ANKUSA_INTAKE_DEFAULT"
+	benchNodeID      = "node-bench"
+)
+
+// benchResult is what one mode's window measured.
+type benchResult struct {
+	acked, refused, other, errs int
+	reqPerSec                   float64
+	p50, p99, max               time.Duration
+}
+
+func BenchmarkDualJetStreamVsDisk(b *testing.B) {
+	results := map[string]benchResult{}
+	modes := []string{"disk", "dual-jetstream"}
+	for _, mode := range modes {
+		b.Run(mode, func(b *testing.B) {
+			r := benchMode(b, mode)
+			results[mode] = r
+			b.ReportMetric(r.reqPerSec, "req/s")
+			b.ReportMetric(float64(r.p50.Microseconds())/1000, "p50_ms")
+			b.ReportMetric(float64(r.p99.Microseconds())/1000, "p99_ms")
+			b.ReportMetric(0, "ns/op") // one fixed window whatever b.N is: ns/op means nothing
+			b.Logf("%s: %d acked in %s (%.0f req/s), p50 %s p99 %s max %s; 503 %d, other status %d, transport errors %d (C=%d, %d B bodies)",
+				mode, r.acked, benchWindow, r.reqPerSec, r.p50, r.p99, r.max, r.refused, r.other, r.errs, benchConcurrency, benchBodySize)
+			// The parent's log is not printed: the ratio goes with the
+			// second mode, which runs after disk in the same process.
+			if d, ok := results["disk"]; ok && mode != "disk" && d.reqPerSec > 0 {
+				b.ReportMetric(r.reqPerSec/d.reqPerSec, "x_disk_req/s")
+				b.Logf("%s / disk: throughput %.2f× (%.0f vs %.0f req/s), p50 %.2f× (%s vs %s), p99 %.2f× (%s vs %s)",
+					mode, r.reqPerSec/d.reqPerSec, r.reqPerSec, d.reqPerSec,
+					float64(r.p50)/float64(d.p50), r.p50, d.p50,
+					float64(r.p99)/float64(d.p99), r.p99, d.p99)
+			}
+		})
+	}
+}
+
+// benchMode starts a node in mode (and for dual its JetStream cluster and
+// stream), runs the closed loop and stops everything.
+func benchMode(b *testing.B, mode string) benchResult {
+	b.StopTimer()
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK)
+	}))
+	b.Cleanup(rcv.Close)
+	backups := b.TempDir()
+	var tweak func(*config.Config)
+	if mode == "dual-jetstream" {
+		c := startBenchJSCluster(b)
+		c.createStream(natsjs.StreamConfig{
+			Name:       benchStream,
+			Subjects:   []string{"ankusa.intake.default.>"},
+			Replicas:   3,
+			Storage:    natsjs.FileStorage,
+			Duplicates: 2 * time.Minute,
+			MaxAge:     24 * time.Hour, // ≥ 2 × backup.max_age_ms (1 h)
+			MaxMsgSize: -1,
+		})
+		c.waitStreamLeader(benchStream)
+		tweak = func(cfg *config.Config) {
+			cfg.WAL.Type = "dual"
+			cfg.Intake.Type = "jetstream"
+			cfg.Intake.NodeID = benchNodeID
+			cfg.Intake.JetStream = &config.IntakeJetStream{URL: c.URL(), Stream: benchStream}
+			cfg.Intake.MaxRecordBytes = 1 << 20 // nats-server's default max_payload is 1 MiB
+		}
+	}
+	in := startBenchInstance(b, rcv.URL+"/hooks", func(cfg *config.Config) {
+		cfg.HTTP.MaxBodyBytes = 512 << 10 // the same edge limit in both modes
+		cfg.Backup = intakeBackups(backups)
+		if tweak != nil {
+			tweak(cfg)
+		}
+	})
+	b.Logf("%s: %s", mode, in.DurabilityLine())
+
+	target := "http://" + in.IngestAddr() + "/webhooks/" + sourceID
+	tr := &http.Transport{MaxIdleConnsPerHost: benchConcurrency, MaxConnsPerHost: benchConcurrency, DisableCompression: true}
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	b.Cleanup(tr.CloseIdleConnections)
+	body := bytes.Repeat([]byte("x"), benchBodySize)
+	copy(body, `{"bench":"`)
+	body[len(body)-2], body[len(body)-1] = '"', '}'
+
+	var measuring atomic.Bool
+	var refused, other, errs atomic.Int64
+	lat := make([][]time.Duration, benchConcurrency)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for w := range benchConcurrency {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+				if err != nil {
+					panic(err)
+				}
+				req.Header.Set("Content-Type", "application/json")
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					if ctx.Err() == nil && measuring.Load() {
+						errs.Add(1)
+					}
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				d := time.Since(t0)
+				if !measuring.Load() {
+					continue
+				}
+				switch resp.StatusCode {
+				case http.StatusCreated:
+					lat[w] = append(lat[w], d)
+				case http.StatusServiceUnavailable:
+					refused.Add(1)
+				default:
+					other.Add(1)
+				}
+			}
+		})
+	}
+	warm := time.NewTimer(benchWarmup)
+	<-warm.C
+	measuring.Store(true)
+	b.StartTimer()
+	start := time.Now()
+	window := time.NewTimer(benchWindow)
+	<-window.C
+	measuring.Store(false)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cancel()
+	wg.Wait()
+
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	r := benchResult{acked: len(all), refused: int(refused.Load()), other: int(other.Load()), errs: int(errs.Load())}
+	if len(all) == 0 {
+		b.Fatalf("%s: no 201 in %s (503 %d, other %d, errors %d)", mode, benchWindow, r.refused, r.other, r.errs)
+	}
+	r.reqPerSec = float64(len(all)) / elapsed.Seconds()
+	r.p50 = all[len(all)*50/100]
+	r.p99 = all[min(len(all)-1, len(all)*99/100)]
+	r.max = all[len(all)-1]
+	return r
+}
+
+// startBenchInstance is startInstance for a benchmark: source "orders"
+// with one http sink posting to sinkURL; only warnings are logged.
+func startBenchInstance(b *testing.B, sinkURL string, tweak func(*config.Config)) *app.Instance {
+	b.Helper()
+	cfg := config.Default()
+	cfg.Node.Instance = "e2e-bench"
+	cfg.Node.DataDir = b.TempDir()
+	cfg.HTTP.IP, cfg.HTTP.Port = "127.0.0.1", 0
+	cfg.Admin.IP, cfg.Admin.Port = "127.0.0.1", 0
+	cfg.Dispatch.PollMs = 100
+	cfg.Dispatch.AttemptTimeoutMs = 5_000
+	cfg.Sources = map[string]config.SourceConfig{
+		sourceID: {
+			Verify: config.VerifyConfig{Type: "none"},
+			Sinks: []config.SinkConfig{{
+				ID: sinkID, Type: "http",
+				HTTP: &config.HTTPSink{URL: sinkURL, TimeoutMs: 5_000},
+			}},
+		},
+	}
+	tweak(cfg)
+	if err := cfg.Validate(); err != nil {
+		b.Fatalf("bench config is invalid: %v", err)
+	}
+	logger := slog.New(slog.NewTextHandler(benchLogWriter{b}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	in, err := app.New(cfg, app.Options{Logger: logger})
+	if err != nil {
+		b.Fatalf("app.New: %v", err)
+	}
+	if err := in.Start(); err != nil {
+		b.Fatalf("Start: %v", err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := in.Stop(ctx); err != nil {
+			b.Errorf("Stop: %v", err)
+		}
+	})
+	// As a load balancer does: wait for GET /ready (under dual, the intake
+	// adapter has seen the log answer).
+	testutil.Eventually(b, waitFor, "GET /ready to answer 200", func() bool {
+		resp, err := http.Get("http://" + in.IngestAddr() + "/ready")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return in
+}
+
+type benchLogWriter struct{ b *testing.B }
+
+func (w benchLogWriter) Write(p []byte) (int, error) {
+	w.b.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// benchJSCluster is jsCluster for a benchmark (jsCluster holds a
+// *testing.T): three embedded nats-server instances with JetStream,
+// clustered on loopback, without restart.
+type benchJSCluster struct {
+	b       *testing.B
+	opts    []*server.Options
+	servers []*server.Server
+	admin   *nats.Conn
+	js      natsjs.JetStream
+}
+
+func startBenchJSCluster(b *testing.B) *benchJSCluster {
+	b.Helper()
+	c := &benchJSCluster{b: b}
+	b.Cleanup(c.shutdown)
+	for attempt := 1; ; attempt++ {
+		err := c.startOn(b.TempDir(), benchLoopbackPorts(b, 6))
+		if err == nil {
+			break
+		}
+		c.shutdown()
+		if attempt == 3 {
+			b.Fatalf("start the cluster: %v (3 attempts)", err)
+		}
+		b.Logf("start the cluster, attempt %d: %v; again on fresh ports", attempt, err)
+	}
+	testutil.Eventually(b, jsTimeout, "a JetStream meta leader", func() bool {
+		leaders, current := 0, 0
+		for _, s := range c.servers {
+			if s.JetStreamIsLeader() {
+				leaders++
+			}
+			if s.JetStreamIsCurrent() {
+				current++
+			}
+		}
+		return leaders == 1 && current == len(c.servers)
+	})
+	var err error
+	c.admin, err = nats.Connect(c.URL(), nats.Name("ankusa-e2e-bench-admin"))
+	if err != nil {
+		b.Fatalf("admin connect: %v", err)
+	}
+	if c.js, err = natsjs.New(c.admin); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// startOn starts the three servers (client ports ports[0:3], route ports
+// ports[3:6], stores under dir) together and waits until each listens.
+func (c *benchJSCluster) startOn(dir string, ports []int) error {
+	var routes []*url.URL
+	for i := range 3 {
+		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[3+i])})
+	}
+	c.opts = nil
+	for i := range 3 {
+		c.opts = append(c.opts, &server.Options{
+			ServerName:         fmt.Sprintf("n%d", i+1),
+			Host:               "127.0.0.1",
+			Port:               ports[i],
+			JetStream:          true,
+			StoreDir:           filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+			JetStreamMaxMemory: 64 << 20,
+			JetStreamMaxStore:  4 << 30,
+			Cluster:            server.ClusterOpts{Name: "ankusa-e2e-bench", Host: "127.0.0.1", Port: ports[3+i]},
+			Routes:             routes,
+			NoLog:              true,
+			NoSigs:             true,
+		})
+	}
+	for i := range 3 {
+		o := *c.opts[i]
+		s, err := server.NewServer(&o)
+		if err != nil {
+			return fmt.Errorf("server n%d: %w", i+1, err)
+		}
+		s.Start()
+		c.servers = append(c.servers, s)
+	}
+	for i, s := range c.servers {
+		if !s.ReadyForConnections(10 * time.Second) {
+			return fmt.Errorf("server n%d (ports %d, %d) not listening", i+1, c.opts[i].Port, c.opts[i].Cluster.Port)
+		}
+	}
+	return nil
+}
+
+func benchLoopbackPorts(b *testing.B, n int) []int {
+	b.Helper()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+func (c *benchJSCluster) URL() string {
+	var us []string
+	for _, o := range c.opts {
+		us = append(us, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
+	}
+	return strings.Join(us, ",")
+}
+
+func (c *benchJSCluster) shutdown() {
+	if c.admin != nil {
+		c.admin.Close()
+		c.admin = nil
+	}
+	for _, s := range c.servers {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+	c.servers = nil
+}
+
+func (c *benchJSCluster) createStream(cfg natsjs.StreamConfig) {
+	c.b.Helper()
+	var last error
+	testutil.Eventually(c.b, jsTimeout, "stream "+cfg.Name+" to be created", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, last = c.js.CreateStream(ctx, cfg)
+		return last == nil
+	})
+}
+
+func (c *benchJSCluster) waitStreamLeader(stream string) {
+	c.b.Helper()
+	testutil.Eventually(c.b, jsTimeout, "stream "+stream+" to have a leader and three current replicas", func() bool {
+		leader, current := false, 0
+		for _, s := range c.servers {
+			if !s.JetStreamIsStreamAssigned(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+				continue
+			}
+			if s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+				leader = true
+			}
+			if s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+				current++
+			}
+		}
+		return leader && current == 3
+	})
+}
