@@ -137,67 +137,11 @@ func TestCrash_KillNineKeepsEveryAck(t *testing.T) {
 // posting, stops them and waits for the process to exit.
 func driveAndKill(t *testing.T, n *node, led *ledger, round, killAt int, seed uint64) *loadStats {
 	t.Helper()
-	st := &loadStats{}
-	reached := make(chan struct{})
-	var once sync.Once
-	ctx, cancel := context.WithCancel(context.Background())
-	tr := &http.Transport{MaxIdleConnsPerHost: drillWorkers, DisableCompression: true}
-	client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
-	var wg sync.WaitGroup
-	// However this returns (t.Fatal included), the posters stop first.
-	defer func() {
-		cancel()
-		wg.Wait()
-		tr.CloseIdleConnections()
-	}()
-
-	for w := range drillWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(round*1000+w+1)))
-			for ctx.Err() == nil {
-				a, ok := postOne(ctx, client, n.ingestURL, rng, round, st)
-				if !ok {
-					continue
-				}
-				led.add(a)
-				if st.acks.Add(1) >= int64(killAt) {
-					once.Do(func() { close(reached) })
-				}
-			}
-		}()
-	}
-
-	select {
-	case <-reached:
-	case <-n.done:
-		t.Fatalf("round %d: process exited during load after %d acks: %v", round, st.acks.Load(), n.waitErr)
-	case <-time.After(ackWaitTimeout):
-		t.Fatalf("round %d: only %d acks in %s (503 %d, other %d, transport errors %d)", round, st.acks.Load(), ackWaitTimeout,
-			st.refused.Load(), st.otherStatus.Load(), st.errBeforeKill.Load())
-	}
-	st.killed.Store(true)
-	if err := n.signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("SIGKILL: %v", err)
-	}
-	if !n.wait(10 * time.Second) {
-		t.Fatalf("round %d: process still running 10s after SIGKILL", round)
-	}
-	// Requests in flight at the kill fail: they were never acked. Any 201
-	// whose bytes left the process before the kill is still read and kept.
-	cancel()
-	wg.Wait()
-	if sig := n.cmd.ProcessState.Sys().(syscall.WaitStatus); !sig.Signaled() || sig.Signal() != syscall.SIGKILL {
-		t.Errorf("round %d: process ended with %v, want killed by SIGKILL", round, n.cmd.ProcessState)
-	}
-	if e := st.errBeforeKill.Load(); e != 0 {
-		t.Logf("round %d: %d transport errors while the process was up", round, e)
-	}
-	if b := st.badAnswer.Load(); b != 0 {
-		t.Errorf("round %d: %d answers were 201 without a valid ack body", round, b)
-	}
-	return st
+	p := startPosters(n, led, drillWorkers, round, killAt, seed)
+	defer p.stop()
+	p.waitReached(t, n, round)
+	killNine(t, n, p, fmt.Sprintf("round %d", round))
+	return p.st
 }
 
 // postOne posts one random hook. About a quarter go to the deduped source

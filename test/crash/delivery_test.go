@@ -415,44 +415,9 @@ func TestCrash_DeliveryAfterKillNine(t *testing.T) {
 // and waits for the process to exit.
 func driveUntilDeliveringThenKill(t *testing.T, n *node, rv *receiver, led *ledger, round, killAt int, seed uint64) (*loadStats, deliveryKill) {
 	t.Helper()
-	st := &loadStats{}
-	reached := make(chan struct{})
-	var once sync.Once
-	ctx, cancel := context.WithCancel(context.Background())
-	tr := &http.Transport{MaxIdleConnsPerHost: deliveryWorkers, DisableCompression: true}
-	client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-		tr.CloseIdleConnections()
-	}()
-	for w := range deliveryWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(round*1000+w+1)))
-			for ctx.Err() == nil {
-				a, ok := postOne(ctx, client, n.ingestURL, rng, round, st)
-				if !ok {
-					continue
-				}
-				led.add(a)
-				if st.acks.Add(1) >= int64(killAt) {
-					once.Do(func() { close(reached) })
-				}
-			}
-		}()
-	}
-
-	select {
-	case <-reached:
-	case <-n.done:
-		t.Fatalf("round %d: process exited during load after %d acks: %v", round, st.acks.Load(), n.waitErr)
-	case <-time.After(ackWaitTimeout):
-		t.Fatalf("round %d: only %d acks in %s (503 %d, other %d, transport errors %d)", round, st.acks.Load(), ackWaitTimeout,
-			st.refused.Load(), st.otherStatus.Load(), st.errBeforeKill.Load())
-	}
+	p := startPosters(n, led, deliveryWorkers, round, killAt, seed)
+	defer p.stop()
+	p.waitReached(t, n, round)
 	// Enough acks: wait for a moment when deliveries are in flight.
 	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("round %d: a delivery in flight at the receiver", round), func() bool {
 		return rv.inflight.Load() > 0 || n.exited()
@@ -460,27 +425,9 @@ func driveUntilDeliveringThenKill(t *testing.T, n *node, rv *receiver, led *ledg
 	if n.exited() {
 		t.Fatalf("round %d: process exited during load: %v", round, n.waitErr)
 	}
-	st.killed.Store(true)
-	kill := deliveryKill{at: time.Now(), receiverInflight: rv.inflight.Load()}
-	if err := n.signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("SIGKILL: %v", err)
-	}
-	kill.acks = st.acks.Load()
-	if !n.wait(10 * time.Second) {
-		t.Fatalf("round %d: process still running 10s after SIGKILL", round)
-	}
-	cancel()
-	wg.Wait()
-	if sig := n.cmd.ProcessState.Sys().(syscall.WaitStatus); !sig.Signaled() || sig.Signal() != syscall.SIGKILL {
-		t.Errorf("round %d: process ended with %v, want killed by SIGKILL", round, n.cmd.ProcessState)
-	}
-	if e := st.errBeforeKill.Load(); e != 0 {
-		t.Logf("round %d: %d transport errors while the process was up", round, e)
-	}
-	if b := st.badAnswer.Load(); b != 0 {
-		t.Errorf("round %d: %d answers were 201 without a valid ack body", round, b)
-	}
-	return st, kill
+	kill := deliveryKill{receiverInflight: rv.inflight.Load()}
+	kill.at, kill.acks = killNine(t, n, p, fmt.Sprintf("round %d", round))
+	return p.st, kill
 }
 
 // ackedIDs is every id named by an ack, sorted.

@@ -6,11 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ankusa/ankusa/internal/testutil/natscluster"
 )
 
 const (
@@ -23,20 +24,7 @@ const (
 // stream hostLossJSStream, instead of a memory log on disk. Backups every
 // second to backupDir, outside dataDir.
 func hostLossJetStreamConfig(dataDir, natsURL, backupDir, sinkURL string, httpPort, adminPort int) string {
-	sink := fmt.Sprintf(`[{id: worker, type: http, http: {url: %q, timeout_ms: 2000}}]`, sinkURL)
-	return fmt.Sprintf(`node:
-  instance: hostloss-js-drill
-  data_dir: %q
-http:
-  ip: 127.0.0.1
-  port: %d
-  max_body_bytes: 524288
-admin:
-  ip: 127.0.0.1
-  port: %d
-log:
-  level: info
-wal:
+	wal := fmt.Sprintf(`wal:
   type: dual
 intake:
   type: jetstream
@@ -44,32 +32,8 @@ intake:
   publish_timeout_ms: 2000
   max_record_bytes: 1048576
   jetstream: {url: %q, stream: %s}
-backup:
-  enabled: true
-  interval_ms: 1000
-  max_age_ms: 60000
-  keep: 3
-  primary: %q
-  signing_key: %q
-dispatch:
-  concurrency: %d
-  attempt_timeout_ms: 5000
-  poll_ms: 100
-  breaker_cooldown_ms: 500
-retry:
-  base_ms: 100
-  max_ms: 1000
-  max_attempts: 1000
-sources:
-  demo:
-    verify: {type: none}
-    sinks: %s
-  deduped:
-    verify: {type: none}
-    dedupe: {header: X-Event-Id}
-    sinks: %s
-`, dataDir, httpPort, adminPort, hostLossJSNodeID, natsURL, hostLossJSStream,
-		"file://"+backupDir, hostLossSigningKey, hostLossConcurrency, sink, sink)
+`, hostLossJSNodeID, natsURL, hostLossJSStream)
+	return hostLossYAML("hostloss-js-drill", dataDir, "  max_body_bytes: 524288\n", wal, backupDir, sinkURL, httpPort, adminPort)
 }
 
 // TestHostLoss_DualJetStream is the host-loss drill of
@@ -91,8 +55,8 @@ func TestHostLoss_DualJetStream(t *testing.T) {
 	t.Logf("seed %d", seed)
 	const mode = "dual-jetstream"
 
-	c := startNATSCluster(t)
-	c.createStream(natsjs.StreamConfig{
+	c := natscluster.Start(t, natscluster.Options{Name: "ankusa-crash-intake"})
+	c.CreateStream(t, natsjs.StreamConfig{
 		Name:       hostLossJSStream,
 		Subjects:   []string{"ankusa.intake.default.>"},
 		Replicas:   3,
@@ -101,7 +65,7 @@ func TestHostLoss_DualJetStream(t *testing.T) {
 		MaxAge:     24 * time.Hour, // ≥ 2 × backup.max_age_ms (60 s)
 		MaxMsgSize: -1,
 	})
-	c.waitStreamLeader(hostLossJSStream)
+	c.WaitStreamLeader(t, hostLossJSStream)
 	t.Logf("%s: NATS cluster %s, stream %s R3 up in %s", mode, c.URL(), hostLossJSStream, time.Since(start).Round(time.Millisecond))
 
 	work := t.TempDir()
@@ -129,25 +93,19 @@ func TestHostLoss_DualJetStream(t *testing.T) {
 	bw := &backupWatch{}
 	st, killAt := driveUntilBackupThenKill(t, n, &led, bw, "dual", seed)
 	load := time.Since(loadStart)
-	if sig := n.cmd.ProcessState.Sys().(syscall.WaitStatus); !sig.Signaled() || sig.Signal() != syscall.SIGKILL {
-		t.Errorf("%s: doomed node ended with %v, want killed by SIGKILL", mode, n.cmd.ProcessState)
-	}
 	doomedLog := n.log(64 << 20)
 	backupsLogged := len(backupTakenRE.FindAllStringIndex(doomedLog, -1))
 	logNodeProblems(t, n, mode+", doomed node")
-	msgs, lastSeq, err := c.streamState(hostLossJSStream)
-	if err != nil {
+	var msgs, lastSeq uint64
+	if info, err := c.Info(hostLossJSStream); err != nil {
 		t.Errorf("%s: stream state after the kill: %v", mode, err)
+	} else {
+		msgs, lastSeq = info.State.Msgs, info.State.LastSeq
 	}
 	t.Logf("%s: stream after the kill: %d messages, last seq %d", mode, msgs, lastSeq)
 
 	// 2. Host loss: the data dir is gone.
-	if err := os.RemoveAll(dataDir); err != nil {
-		t.Fatalf("%s: rm -rf %s: %v", mode, dataDir, err)
-	}
-	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
-		t.Fatalf("%s: data dir still there after rm -rf: %v", mode, err)
-	}
+	wipeDataDir(t, mode, dataDir)
 
 	// 3. The replacement: same config, empty data dir, receiver up.
 	g.up.Store(true)
@@ -169,23 +127,7 @@ func TestHostLoss_DualJetStream(t *testing.T) {
 	// 4. Drain: every acked id must arrive.
 	first := led.firstAck()
 	wantIDs := sortedKeys(first)
-	remaining := wantIDs
-	lastReport := time.Now()
-	deadline := time.Now().Add(hostLossDrainTimeout)
-	for {
-		if n2.exited() {
-			t.Fatalf("%s: replacement exited while draining: %v", mode, n2.waitErr)
-		}
-		remaining = g.rv.missingOf(remaining)
-		if len(remaining) == 0 || time.Now().After(deadline) {
-			break
-		}
-		if time.Since(lastReport) > 10*time.Second {
-			t.Logf("%s: still waiting for %d of %d acked ids", mode, len(remaining), len(wantIDs))
-			lastReport = time.Now()
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline: the receiver has no "all arrived" event
-	}
+	remaining := drainAll(t, n2, g.rv, mode, wantIDs)
 	drain := time.Since(restartStart)
 	q := waitSettled(t, n2, 1)
 
@@ -240,14 +182,6 @@ func TestHostLoss_DualJetStream(t *testing.T) {
 	}
 	logNodeProblems(t, n2, mode+", replacement")
 
-	if err := n2.signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("%s: SIGTERM: %v", mode, err)
-	}
-	if !n2.wait(30 * time.Second) {
-		t.Fatalf("%s: replacement still running 30s after SIGTERM", mode)
-	}
-	if code := n2.exitCode(); code != 0 {
-		t.Errorf("%s: replacement exit status after SIGTERM = %d (%v), want 0", mode, code, n2.waitErr)
-	}
+	stopReplacement(t, n2, mode)
 	t.Logf("host-loss drill on JetStream: %s", time.Since(start).Round(time.Millisecond))
 }

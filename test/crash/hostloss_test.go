@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -38,7 +36,6 @@ const (
 // to backupDir, and under dual the memory intake log at logDir. Both dirs are
 // outside dataDir, so they outlive the "host" whose data dir is wiped.
 func hostLossConfig(dual bool, dataDir, logDir, backupDir, sinkURL string, httpPort, adminPort int) string {
-	sink := fmt.Sprintf(`[{id: worker, type: http, http: {url: %q, timeout_ms: 2000}}]`, sinkURL)
 	wal := "wal:\n  type: disk\n"
 	if dual {
 		wal = fmt.Sprintf(`wal:
@@ -49,42 +46,7 @@ intake:
   memory: {path: %q}
 `, hostLossNodeID, logDir)
 	}
-	return fmt.Sprintf(`node:
-  instance: hostloss-drill
-  data_dir: %q
-http:
-  ip: 127.0.0.1
-  port: %d
-admin:
-  ip: 127.0.0.1
-  port: %d
-log:
-  level: info
-%sbackup:
-  enabled: true
-  interval_ms: 1000
-  max_age_ms: 60000
-  keep: 3
-  primary: %q
-  signing_key: %q
-dispatch:
-  concurrency: %d
-  attempt_timeout_ms: 5000
-  poll_ms: 100
-  breaker_cooldown_ms: 500
-retry:
-  base_ms: 100
-  max_ms: 1000
-  max_attempts: 1000
-sources:
-  demo:
-    verify: {type: none}
-    sinks: %s
-  deduped:
-    verify: {type: none}
-    dedupe: {header: X-Event-Id}
-    sinks: %s
-`, dataDir, httpPort, adminPort, wal, "file://"+backupDir, hostLossSigningKey, hostLossConcurrency, sink, sink)
+	return hostLossYAML("hostloss-drill", dataDir, "", wal, backupDir, sinkURL, httpPort, adminPort)
 }
 
 // gatedReceiver is the delivery drill's receiver behind a switch: while
@@ -341,9 +303,6 @@ func hostLossPhase(t *testing.T, dual bool, seed uint64) hostLossResult {
 	res.load = time.Since(loadStart)
 	res.refusedWhileDown = g.refused.Load()
 	res.acks = led.len()
-	if sig := n.cmd.ProcessState.Sys().(syscall.WaitStatus); !sig.Signaled() || sig.Signal() != syscall.SIGKILL {
-		t.Errorf("%s: doomed node ended with %v, want killed by SIGKILL", mode, n.cmd.ProcessState)
-	}
 	doomedLog := n.log(64 << 20)
 	res.backupsLogged = len(backupTakenRE.FindAllStringIndex(doomedLog, -1))
 	if d := durabilityRE.FindString(doomedLog); d != "" {
@@ -356,12 +315,7 @@ func hostLossPhase(t *testing.T, dual bool, seed uint64) hostLossResult {
 	logNodeProblems(t, n, mode+", doomed node")
 
 	// 2. Host loss: the data dir is gone.
-	if err := os.RemoveAll(dataDir); err != nil {
-		t.Fatalf("%s: rm -rf %s: %v", mode, dataDir, err)
-	}
-	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
-		t.Fatalf("%s: data dir still there after rm -rf: %v", mode, err)
-	}
+	wipeDataDir(t, mode, dataDir)
 
 	// 3. The replacement: same config, empty data dir, receiver up.
 	g.up.Store(true)
@@ -394,22 +348,7 @@ func hostLossPhase(t *testing.T, dual bool, seed uint64) hostLossResult {
 	res.ids = len(wantIDs)
 	remaining := wantIDs
 	if dual {
-		lastReport := time.Now()
-		deadline := time.Now().Add(hostLossDrainTimeout)
-		for {
-			if n2.exited() {
-				t.Fatalf("%s: replacement exited while draining: %v", mode, n2.waitErr)
-			}
-			remaining = g.rv.missingOf(remaining)
-			if len(remaining) == 0 || time.Now().After(deadline) {
-				break
-			}
-			if time.Since(lastReport) > 10*time.Second {
-				t.Logf("%s: still waiting for %d of %d acked ids", mode, len(remaining), len(wantIDs))
-				lastReport = time.Now()
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		remaining = drainAll(t, n2, g.rv, mode, wantIDs)
 	}
 	q := waitSettled(t, n2, 1)
 	res.drain = time.Since(restartStart)
@@ -518,15 +457,7 @@ func hostLossPhase(t *testing.T, dual bool, seed uint64) hostLossResult {
 	}
 
 	// A clean stop of the replacement.
-	if err := n2.signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("%s: SIGTERM: %v", mode, err)
-	}
-	if !n2.wait(30 * time.Second) {
-		t.Fatalf("%s: replacement still running 30s after SIGTERM", mode)
-	}
-	if code := n2.exitCode(); code != 0 {
-		t.Errorf("%s: replacement exit status after SIGTERM = %d (%v), want 0", mode, code, n2.waitErr)
-	}
+	stopReplacement(t, n2, mode)
 	return res
 }
 
@@ -536,37 +467,15 @@ func hostLossPhase(t *testing.T, dual bool, seed uint64) hostLossResult {
 // SIGKILL while the posters are still posting.
 func driveUntilBackupThenKill(t *testing.T, n *node, led *timedLedger, bw *backupWatch, mode string, seed uint64) (*loadStats, time.Time) {
 	t.Helper()
-	st := &loadStats{}
-	ctx, cancel := context.WithCancel(context.Background())
-	tr := &http.Transport{MaxIdleConnsPerHost: hostLossWorkers, DisableCompression: true}
-	client := &http.Client{Transport: tr, Timeout: 20 * time.Second}
-	metricsClient := &http.Client{Timeout: 2 * time.Second}
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-		tr.CloseIdleConnections()
-		metricsClient.CloseIdleConnections()
-	}()
 	round := 1
 	if mode == "disk" {
 		round = 2 // distinct dedupe keys per phase
 	}
-	for w := range hostLossWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(round*1000+w+1)))
-			for ctx.Err() == nil {
-				a, ok := postOne(ctx, client, n.ingestURL, rng, round, st)
-				if !ok {
-					continue
-				}
-				led.add(a)
-				st.acks.Add(1)
-			}
-		}()
-	}
+	p := startPosters(n, led, hostLossWorkers, round, 0, seed)
+	defer p.stop()
+	st := p.st
+	metricsClient := &http.Client{Timeout: 2 * time.Second}
+	defer metricsClient.CloseIdleConnections()
 
 	deadline := time.Now().Add(hostLossBackupWait)
 	for {
@@ -588,21 +497,6 @@ func driveUntilBackupThenKill(t *testing.T, n *node, led *timedLedger, bw *backu
 	// One last scrape right before the kill narrows the window in which a
 	// backup could complete unseen.
 	bw.poll(metricsClient, n.adminURL, led)
-	st.killed.Store(true)
-	killAt := time.Now()
-	if err := n.signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("%s: SIGKILL: %v", mode, err)
-	}
-	if !n.wait(10 * time.Second) {
-		t.Fatalf("%s: process still running 10s after SIGKILL", mode)
-	}
-	cancel()
-	wg.Wait()
-	if e := st.errBeforeKill.Load(); e != 0 {
-		t.Logf("%s: %d transport errors while the process was up", mode, e)
-	}
-	if b := st.badAnswer.Load(); b != 0 {
-		t.Errorf("%s: %d answers were 201 without a valid ack body", mode, b)
-	}
+	killAt, _ := killNine(t, n, p, mode)
 	return st, killAt
 }

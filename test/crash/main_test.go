@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -167,67 +166,9 @@ sources:
 // The process is killed when the test ends if it is still running.
 func startNode(t testing.TB, workDir, dataDir, name string) *node {
 	t.Helper()
-	for attempt := 1; ; attempt++ {
-		n, err := tryStartNode(t, workDir, dataDir, fmt.Sprintf("%s-%d", name, attempt))
-		if err == nil {
-			return n
-		}
-		if n != nil && strings.Contains(n.log(1<<16), "address already in use") && attempt < 5 {
-			t.Logf("%s: port taken, retrying with new ports", name)
-			continue
-		}
-		if n != nil {
-			t.Fatalf("%s: %v\n--- %s ---\n%s", name, err, n.logPath, n.log(32<<10))
-		}
-		t.Fatalf("%s: %v", name, err)
-	}
-}
-
-func tryStartNode(t testing.TB, workDir, dataDir, name string) (*node, error) {
-	httpPort, adminPort := freePort(t), freePort(t)
-	for adminPort == httpPort {
-		adminPort = freePort(t)
-	}
-	cfgPath := filepath.Join(workDir, name+".yml")
-	if err := os.WriteFile(cfgPath, []byte(drillConfig(dataDir, httpPort, adminPort)), 0o600); err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(workDir, name+".log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	defer logFile.Close() // the child holds its own descriptor
-
-	cmd := exec.Command(binPath, "serve", "--config", cfgPath)
-	cmd.Dir = workDir
-	cmd.Env = childEnv()
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	n := &node{
-		t: t, cmd: cmd, done: make(chan struct{}), logPath: logPath,
-		ingestURL: "http://127.0.0.1:" + strconv.Itoa(httpPort),
-		adminURL:  "http://127.0.0.1:" + strconv.Itoa(adminPort),
-	}
-	go func() {
-		n.waitErr = cmd.Wait()
-		close(n.done)
-	}()
-	t.Cleanup(func() {
-		if !n.exited() {
-			_ = cmd.Process.Kill()
-			<-n.done
-		}
-		if t.Failed() {
-			t.Logf("--- %s (tail) ---\n%s", logPath, n.log(16<<10))
-		}
+	return startNodeWith(t, workDir, dataDir, name, func(httpPort, adminPort int) string {
+		return drillConfig(dataDir, httpPort, adminPort)
 	})
-	if err := n.waitReady(20 * time.Second); err != nil {
-		return n, err
-	}
-	return n, nil
 }
 
 // waitReady polls GET /ready on both listeners until both answer 200, the

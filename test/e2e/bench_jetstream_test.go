@@ -11,14 +11,10 @@ package e2e_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -26,13 +22,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/testutil"
+	"github.com/ankusa/ankusa/internal/testutil/natscluster"
 )
 
 const (
@@ -89,8 +84,8 @@ func benchMode(b *testing.B, mode string) benchResult {
 	backups := b.TempDir()
 	var tweak func(*config.Config)
 	if mode == "dual-jetstream" {
-		c := startBenchJSCluster(b)
-		c.createStream(natsjs.StreamConfig{
+		c := natscluster.Start(b, natscluster.Options{Name: "ankusa-e2e-bench", MaxStore: 4 << 30})
+		c.CreateStream(b, natsjs.StreamConfig{
 			Name:       benchStream,
 			Subjects:   []string{"ankusa.intake.default.>"},
 			Replicas:   3,
@@ -99,7 +94,7 @@ func benchMode(b *testing.B, mode string) benchResult {
 			MaxAge:     24 * time.Hour, // ≥ 2 × backup.max_age_ms (1 h)
 			MaxMsgSize: -1,
 		})
-		c.waitStreamLeader(benchStream)
+		c.WaitStreamLeader(b, benchStream)
 		tweak = func(cfg *config.Config) {
 			cfg.WAL.Type = "dual"
 			cfg.Intake.Type = "jetstream"
@@ -249,157 +244,4 @@ type benchLogWriter struct{ b *testing.B }
 func (w benchLogWriter) Write(p []byte) (int, error) {
 	w.b.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
-}
-
-// benchJSCluster is jsCluster for a benchmark (jsCluster holds a
-// *testing.T): three embedded nats-server instances with JetStream,
-// clustered on loopback, without restart.
-type benchJSCluster struct {
-	b       *testing.B
-	opts    []*server.Options
-	servers []*server.Server
-	admin   *nats.Conn
-	js      natsjs.JetStream
-}
-
-func startBenchJSCluster(b *testing.B) *benchJSCluster {
-	b.Helper()
-	c := &benchJSCluster{b: b}
-	b.Cleanup(c.shutdown)
-	for attempt := 1; ; attempt++ {
-		err := c.startOn(b.TempDir(), benchLoopbackPorts(b, 6))
-		if err == nil {
-			break
-		}
-		c.shutdown()
-		if attempt == 3 {
-			b.Fatalf("start the cluster: %v (3 attempts)", err)
-		}
-		b.Logf("start the cluster, attempt %d: %v; again on fresh ports", attempt, err)
-	}
-	testutil.Eventually(b, jsTimeout, "a JetStream meta leader", func() bool {
-		leaders, current := 0, 0
-		for _, s := range c.servers {
-			if s.JetStreamIsLeader() {
-				leaders++
-			}
-			if s.JetStreamIsCurrent() {
-				current++
-			}
-		}
-		return leaders == 1 && current == len(c.servers)
-	})
-	var err error
-	c.admin, err = nats.Connect(c.URL(), nats.Name("ankusa-e2e-bench-admin"))
-	if err != nil {
-		b.Fatalf("admin connect: %v", err)
-	}
-	if c.js, err = natsjs.New(c.admin); err != nil {
-		b.Fatal(err)
-	}
-	return c
-}
-
-// startOn starts the three servers (client ports ports[0:3], route ports
-// ports[3:6], stores under dir) together and waits until each listens.
-func (c *benchJSCluster) startOn(dir string, ports []int) error {
-	var routes []*url.URL
-	for i := range 3 {
-		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[3+i])})
-	}
-	c.opts = nil
-	for i := range 3 {
-		c.opts = append(c.opts, &server.Options{
-			ServerName:         fmt.Sprintf("n%d", i+1),
-			Host:               "127.0.0.1",
-			Port:               ports[i],
-			JetStream:          true,
-			StoreDir:           filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			JetStreamMaxMemory: 64 << 20,
-			JetStreamMaxStore:  4 << 30,
-			Cluster:            server.ClusterOpts{Name: "ankusa-e2e-bench", Host: "127.0.0.1", Port: ports[3+i]},
-			Routes:             routes,
-			NoLog:              true,
-			NoSigs:             true,
-		})
-	}
-	for i := range 3 {
-		o := *c.opts[i]
-		s, err := server.NewServer(&o)
-		if err != nil {
-			return fmt.Errorf("server n%d: %w", i+1, err)
-		}
-		s.Start()
-		c.servers = append(c.servers, s)
-	}
-	for i, s := range c.servers {
-		if !s.ReadyForConnections(10 * time.Second) {
-			return fmt.Errorf("server n%d (ports %d, %d) not listening", i+1, c.opts[i].Port, c.opts[i].Cluster.Port)
-		}
-	}
-	return nil
-}
-
-func benchLoopbackPorts(b *testing.B, n int) []int {
-	b.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
-func (c *benchJSCluster) URL() string {
-	var us []string
-	for _, o := range c.opts {
-		us = append(us, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
-	}
-	return strings.Join(us, ",")
-}
-
-func (c *benchJSCluster) shutdown() {
-	if c.admin != nil {
-		c.admin.Close()
-		c.admin = nil
-	}
-	for _, s := range c.servers {
-		s.Shutdown()
-		s.WaitForShutdown()
-	}
-	c.servers = nil
-}
-
-func (c *benchJSCluster) createStream(cfg natsjs.StreamConfig) {
-	c.b.Helper()
-	var last error
-	testutil.Eventually(c.b, jsTimeout, "stream "+cfg.Name+" to be created", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, last = c.js.CreateStream(ctx, cfg)
-		return last == nil
-	})
-}
-
-func (c *benchJSCluster) waitStreamLeader(stream string) {
-	c.b.Helper()
-	testutil.Eventually(c.b, jsTimeout, "stream "+stream+" to have a leader and three current replicas", func() bool {
-		leader, current := false, 0
-		for _, s := range c.servers {
-			if !s.JetStreamIsStreamAssigned(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-				continue
-			}
-			if s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-				leader = true
-			}
-			if s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-				current++
-			}
-		}
-		return leader && current == 3
-	})
 }

@@ -21,9 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -33,8 +31,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -48,6 +44,7 @@ import (
 	kafkaintake "github.com/ankusa/ankusa/internal/intake/kafka"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
+	"github.com/ankusa/ankusa/internal/testutil/natscluster"
 )
 
 // intakeBackups is the backup block dual requires: file:// in dir, hourly,
@@ -476,245 +473,19 @@ func TestE2E_IntakeKafkaDual(t *testing.T) {
 	}
 }
 
-// jsCluster is three embedded nats-server instances with JetStream,
-// clustered on loopback (a copy of internal/intake/jetstream's test helper,
-// with restart: a stopped server starts again on its ports and store).
-type jsCluster struct {
-	t       *testing.T
-	mu      sync.Mutex
-	opts    []*server.Options
-	servers []*server.Server // nil while stopped
-	admin   *nats.Conn
-	js      natsjs.JetStream
-}
-
-// jsTimeout bounds cluster start-up, elections and stream placement.
-const jsTimeout = 30 * time.Second
-
-func startJSCluster(t *testing.T) *jsCluster {
-	t.Helper()
-	c := &jsCluster{t: t, servers: make([]*server.Server, 3)}
-	t.Cleanup(c.shutdown)
-	// A port found free can be taken before its server binds it (an
-	// outgoing connection's ephemeral port, another test's listener): a
-	// server that cannot listen is never ready, so start again on fresh
-	// ports rather than fail the test on a collision.
-	for attempt := 1; ; attempt++ {
-		c.configure(t.TempDir(), loopbackPorts(t, 6))
-		err := c.startErr(10*time.Second, 0, 1, 2)
-		if err == nil {
-			break
-		}
-		c.shutdown()
-		if attempt == 3 {
-			t.Fatalf("start the cluster: %v (3 attempts)", err)
-		}
-		t.Logf("start the cluster, attempt %d: %v; again on fresh ports", attempt, err)
-	}
-	c.waitMetaLeader()
-	var err error
-	c.admin, err = nats.Connect(c.URL(), nats.Name("ankusa-e2e-admin"), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatalf("admin connect: %v", err)
-	}
-	if c.js, err = natsjs.New(c.admin); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// configure sets the three servers' options: client ports ports[0:3],
-// route ports ports[3:6], stores under dir.
-func (c *jsCluster) configure(dir string, ports []int) {
-	var routes []*url.URL
-	for i := range 3 {
-		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", ports[3+i])})
-	}
-	c.opts = nil
-	for i := range 3 {
-		c.opts = append(c.opts, &server.Options{
-			ServerName:         fmt.Sprintf("n%d", i+1),
-			Host:               "127.0.0.1",
-			Port:               ports[i],
-			JetStream:          true,
-			StoreDir:           filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			JetStreamMaxMemory: 64 << 20,
-			JetStreamMaxStore:  1 << 30,
-			Cluster:            server.ClusterOpts{Name: "ankusa-e2e-intake", Host: "127.0.0.1", Port: ports[3+i]},
-			Routes:             routes, // a route to itself is detected and ignored
-			NoLog:              true,
-			NoSigs:             true,
-		})
-	}
-}
-
-// loopbackPorts returns n distinct loopback ports that were free a moment
-// ago (all held open together, so they differ, then released).
-func loopbackPorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
-// URL is every server's client URL, comma-separated.
-func (c *jsCluster) URL() string {
-	var us []string
-	for _, o := range c.opts {
-		us = append(us, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
-	}
-	return strings.Join(us, ",")
-}
-
-// start restarts servers on their ports and store directories and waits
-// until each accepts connections.
-func (c *jsCluster) start(which ...int) {
-	c.t.Helper()
-	if err := c.startErr(jsTimeout, which...); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-// startErr starts servers, then waits up to wait for each to listen (a
-// clustered JetStream server is ready only once it sees its routes, so they
-// start together).
-func (c *jsCluster) startErr(wait time.Duration, which ...int) error {
-	var started []*server.Server
-	for _, i := range which {
-		o := *c.opts[i] // a server keeps and edits its options: give each start a copy
-		s, err := server.NewServer(&o)
-		if err != nil {
-			return fmt.Errorf("server n%d: %w", i+1, err)
-		}
-		s.Start()
-		c.mu.Lock()
-		c.servers[i] = s
-		c.mu.Unlock()
-		started = append(started, s)
-	}
-	for k, s := range started {
-		if !s.ReadyForConnections(wait) {
-			return fmt.Errorf("server n%d (ports %d, %d) not listening after %s", which[k]+1, c.opts[which[k]].Port, c.opts[which[k]].Cluster.Port, wait)
-		}
-	}
-	return nil
-}
-
-// stop shuts server i down and waits until it is gone.
-func (c *jsCluster) stop(i int) {
-	c.mu.Lock()
-	s := c.servers[i]
-	c.servers[i] = nil
-	c.mu.Unlock()
-	if s != nil {
-		s.Shutdown()
-		s.WaitForShutdown()
-	}
-}
-
-func (c *jsCluster) shutdown() {
-	if c.admin != nil {
-		c.admin.Close()
-	}
-	for i := range c.servers {
-		c.stop(i)
-	}
-}
-
-// poll calls cond until it holds or jsTimeout passes. Cluster state (a
-// leader elected, a peer caught up) has no event a test can wait on.
-func (c *jsCluster) poll(what string, cond func() bool) {
-	c.t.Helper()
-	testutil.Eventually(c.t, jsTimeout, what, cond)
-}
-
-// waitMetaLeader waits until one running server leads the JetStream meta
-// group and every running server is current with it.
-func (c *jsCluster) waitMetaLeader() {
-	c.t.Helper()
-	c.poll("a JetStream meta leader", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		leaders, current, running := 0, 0, 0
-		for _, s := range c.servers {
-			if s == nil {
-				continue
-			}
-			running++
-			if s.JetStreamIsLeader() {
-				leaders++
-			}
-			if s.JetStreamIsCurrent() {
-				current++
-			}
-		}
-		return leaders == 1 && current == running
-	})
-}
-
-// waitStreamLeader waits until a running server leads stream and every
-// running server holding it is current; it returns the leader's index.
-func (c *jsCluster) waitStreamLeader(stream string) int {
-	c.t.Helper()
-	leader := -1
-	c.poll("stream "+stream+" to have a leader and current replicas", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		leader = -1
-		current, assigned := 0, 0
-		for i, s := range c.servers {
-			if s == nil || !s.JetStreamIsStreamAssigned(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-				continue
-			}
-			assigned++
-			if s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-				leader = i
-			}
-			if s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-				current++
-			}
-		}
-		return leader >= 0 && current == assigned && assigned == 3
-	})
-	return leader
-}
-
-// createStream creates the stream as the operator would (Ankusa never
-// does), retrying while the cluster is still placing peers.
-func (c *jsCluster) createStream(cfg natsjs.StreamConfig) {
-	c.t.Helper()
-	var last error
-	c.poll("stream "+cfg.Name+" to be created", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, last = c.js.CreateStream(ctx, cfg)
-		if errors.Is(last, natsjs.ErrStreamNameAlreadyInUse) {
-			c.t.Fatalf("create stream %s: %v", cfg.Name, last)
-		}
-		return last == nil
-	})
-}
-
 // readStream reads every message of stream on subject, by stream sequence,
 // with the admin client.
-func (c *jsCluster) readStream(stream, subject string) []logEntry {
-	c.t.Helper()
+func readStream(t *testing.T, c *natscluster.Cluster, stream, subject string) []logEntry {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	st, err := c.js.Stream(ctx, stream)
+	st, err := c.JetStream().Stream(ctx, stream)
 	if err != nil {
-		c.t.Fatalf("stream %s: %v", stream, err)
+		t.Fatalf("stream %s: %v", stream, err)
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		c.t.Fatalf("stream info %s: %v", stream, err)
+		t.Fatalf("stream info %s: %v", stream, err)
 	}
 	var out []logEntry
 	if info.State.Msgs == 0 {
@@ -726,14 +497,14 @@ func (c *jsCluster) readStream(stream, subject string) []logEntry {
 			continue
 		}
 		if err != nil {
-			c.t.Fatalf("stream %s message %d: %v", stream, seq, err)
+			t.Fatalf("stream %s message %d: %v", stream, seq, err)
 		}
 		if m.Subject != subject {
 			continue
 		}
 		s, err := strconv.ParseUint(m.Header.Get(intake.HeaderSeq), 10, 64)
 		if err != nil {
-			c.t.Fatalf("stream %s message %d: seq header: %v", stream, seq, err)
+			t.Fatalf("stream %s message %d: seq header: %v", stream, seq, err)
 		}
 		out = append(out, logEntry{Node: m.Header.Get(intake.HeaderNode), Seq: s, ID: m.Header.Get(intake.HeaderID)})
 	}
@@ -754,8 +525,8 @@ func TestE2E_IntakeJetStreamDual(t *testing.T) {
 		stream = "ANKUSA_INTAKE_DEFAULT"
 		node   = "node-js"
 	)
-	c := startJSCluster(t)
-	c.createStream(natsjs.StreamConfig{
+	c := natscluster.Start(t, natscluster.Options{Name: "ankusa-e2e-intake"})
+	c.CreateStream(t, natsjs.StreamConfig{
 		Name:       stream,
 		Subjects:   []string{"ankusa.intake.default.>"},
 		Replicas:   3,
@@ -764,7 +535,7 @@ func TestE2E_IntakeJetStreamDual(t *testing.T) {
 		// ≥ 2 × backup.max_age_ms (1 h below): Verify checks it.
 		MaxAge: 24 * time.Hour,
 	})
-	c.waitStreamLeader(stream)
+	c.WaitStreamLeader(t, stream)
 
 	rc := newReceiver(t, status(http.StatusOK))
 	backups := t.TempDir()
@@ -799,10 +570,10 @@ func TestE2E_IntakeJetStreamDual(t *testing.T) {
 	subject := "ankusa.intake.default." + node
 	waitIntakeReady(t, in)
 	acked := postIntakeConcurrently(t, in, 30, 6)
-	checkLog(t, c.readStream(stream, subject), node, uint64(len(acked))+1, acked)
+	checkLog(t, readStream(t, c, stream, subject), node, uint64(len(acked))+1, acked)
 
 	// Two of three down: no quorum for the R3 stream.
-	leader := c.waitStreamLeader(stream)
+	leader := c.WaitStreamLeader(t, stream)
 	var down []int
 	for i := range 3 {
 		if i != leader {
@@ -810,7 +581,7 @@ func TestE2E_IntakeJetStreamDual(t *testing.T) {
 		}
 	}
 	for _, i := range down {
-		c.stop(i)
+		c.Stop(i)
 	}
 	// No PubAck without quorum: each post that reaches the log waits out
 	// its publish attempt (500 ms); the open gate answers the others at
@@ -819,10 +590,10 @@ func TestE2E_IntakeJetStreamDual(t *testing.T) {
 	expectOutage(t, in, 10, "2", 500*time.Millisecond+time.Second)
 	t.Logf("10 posts answered 503 intake_unavailable in %s with two of three servers down", time.Since(start))
 
-	c.start(down...)
-	c.waitMetaLeader()
-	c.waitStreamLeader(stream)
-	acked = append(acked, expectBackAfterOutage(t, in, jsTimeout, 10)...)
+	c.Restart(t, down...)
+	c.WaitMetaLeader(t)
+	c.WaitStreamLeader(t, stream)
+	acked = append(acked, expectBackAfterOutage(t, in, natscluster.Timeout, 10)...)
 	waitPendingDrained(t, in)
 	var next struct {
 		WAL struct {
@@ -830,5 +601,5 @@ func TestE2E_IntakeJetStreamDual(t *testing.T) {
 		} `json:"wal"`
 	}
 	in.api(http.MethodGet, "/v1/wal", nil, &next)
-	checkLog(t, c.readStream(stream, subject), node, next.WAL.NextSeq, acked)
+	checkLog(t, readStream(t, c, stream, subject), node, next.WAL.NextSeq, acked)
 }

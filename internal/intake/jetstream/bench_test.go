@@ -2,18 +2,15 @@ package jetstream_test
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
-	natsjs "github.com/nats-io/nats.go/jetstream"
-
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/intake/intaketest"
 	"github.com/ankusa/ankusa/internal/intake/jetstream"
+	"github.com/ankusa/ankusa/internal/testutil/natscluster"
 )
 
 // BenchmarkPublish measures PublishBatch, one synchronous batch at a time,
@@ -30,14 +27,9 @@ import (
 //
 // go test -run '^$' -bench BenchmarkPublish -benchtime=2s ./internal/intake/jetstream/
 func BenchmarkPublish(b *testing.B) {
-	c, err := newCluster(b.TempDir())
-	if err != nil {
-		b.Fatalf("start cluster: %v", err)
-	}
-	b.Cleanup(c.shutdown)
+	c := startCluster(b)
 	fleet := newFleet()
-	cfg := streamConfig(fleet)
-	createStreamB(b, c, cfg)
+	cfg := c.CreateStream(b, streamConfig(fleet))
 
 	for _, size := range []int{1 << 10, 10 << 10} {
 		for _, batch := range []int{10, 256} {
@@ -69,29 +61,11 @@ func BenchmarkPublish(b *testing.B) {
 	}
 }
 
-// createStreamB creates the stream, retrying while the cluster is still
-// placing peers.
-func createStreamB(b *testing.B, c *cluster, cfg natsjs.StreamConfig) {
-	b.Helper()
-	deadline := time.Now().Add(clusterTimeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := c.js.CreateStream(ctx, cfg)
-		cancel()
-		if err == nil {
-			return
-		}
-		if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) || time.Now().After(deadline) {
-			b.Fatalf("create stream %s: %v", cfg.Name, err)
-		}
-	}
-}
-
 // warm publishes one batch, retrying until the stream has a leader and the
 // adapter is connected: each attempt waits for its PubAck or its deadline.
 func warm(b *testing.B, in intake.Intake, next func() []intake.Record) {
 	b.Helper()
-	deadline := time.Now().Add(clusterTimeout)
+	deadline := time.Now().Add(natscluster.Timeout)
 	recs := next()
 	for {
 		_, err := publish(in, 5*time.Second, recs...)

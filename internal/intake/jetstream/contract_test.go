@@ -15,7 +15,7 @@ import (
 func TestIntake_Contract(t *testing.T) {
 	c := sharedCluster(t)
 	fleet := newFleet()
-	cfg := c.createStream(t, streamConfig(fleet))
+	cfg := c.CreateStream(t, streamConfig(fleet))
 	intaketest.Run(t, func(t *testing.T, node string) intake.Intake {
 		return open(t, jetstream.Options{
 			URL:            c.URL(),

@@ -18,12 +18,13 @@ import (
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/intake/intaketest"
 	"github.com/ankusa/ankusa/internal/intake/jetstream"
+	"github.com/ankusa/ankusa/internal/testutil/natscluster"
 )
 
 // fixture is one stream on the shared cluster and a way to open adapters
 // on it.
 type fixture struct {
-	c     *cluster
+	c     *natscluster.Cluster
 	fleet string
 	cfg   natsjs.StreamConfig
 }
@@ -36,7 +37,7 @@ func newFixture(t *testing.T, edit func(*natsjs.StreamConfig)) *fixture {
 	if edit != nil {
 		edit(&cfg)
 	}
-	return &fixture{c: c, fleet: fleet, cfg: c.createStream(t, cfg)}
+	return &fixture{c: c, fleet: fleet, cfg: c.CreateStream(t, cfg)}
 }
 
 // open opens node's adapter on the fixture's stream; edit adjusts the
@@ -59,7 +60,7 @@ func (f *fixture) open(t *testing.T, node string, edit func(*jetstream.Options))
 // subjectMsgs is how many messages the stream holds on subject.
 func (f *fixture) subjectMsgs(t *testing.T, subject string) uint64 {
 	t.Helper()
-	info := f.c.streamInfo(t, f.cfg.Name, natsjs.WithSubjectFilter(subject))
+	info := f.c.StreamInfo(t, f.cfg.Name, natsjs.WithSubjectFilter(subject))
 	return info.State.Subjects[subject]
 }
 
@@ -80,7 +81,7 @@ func TestIntake_RecordFormat(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
-	st, err := f.c.js.Stream(ctx, f.cfg.Name)
+	st, err := f.c.JetStream().Stream(ctx, f.cfg.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestIntake_ReplayFiltersAndSkips(t *testing.T) {
 	defer cancel()
 	raw := func(h nats.Header) {
 		t.Helper()
-		if _, err := f.c.js.PublishMsg(ctx, &nats.Msg{Subject: a.Subject(), Header: h, Data: []byte("x")}); err != nil {
+		if _, err := f.c.JetStream().PublishMsg(ctx, &nats.Msg{Subject: a.Subject(), Header: h, Data: []byte("x")}); err != nil {
 			t.Fatalf("raw publish: %v", err)
 		}
 	}
@@ -389,7 +390,7 @@ func TestIntake_ErrorClasses(t *testing.T) {
 // false and a publish fails Unavailable at once.
 func TestIntake_ServerDownAtOpen(t *testing.T) {
 	t.Parallel()
-	ports, err := freePorts(1)
+	ports, err := natscluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ func TestIntake_ConfirmIsAtQuorum(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
 	fleet := newFleet()
-	cfg := c.createStream(t, streamConfig(fleet))
-	leader := c.streamLeader(t, cfg.Name)
+	cfg := c.CreateStream(t, streamConfig(fleet))
+	leader := c.WaitStreamLeader(t, cfg.Name)
 	var followers []int
 	for i := range 3 {
 		if i != leader {
@@ -29,7 +29,7 @@ func TestIntake_ConfirmIsAtQuorum(t *testing.T) {
 	}
 	node := "quorum-node"
 	in := open(t, jetstream.Options{
-		URL:         c.urls[leader], // the client learns the others, but starts here
+		URL:         c.ClientURL(leader), // the client learns the others, but starts here
 		Stream:      cfg.Name,
 		Fleet:       fleet,
 		Node:        node,
@@ -40,7 +40,7 @@ func TestIntake_ConfirmIsAtQuorum(t *testing.T) {
 	r1 := intaketest.NewRecord(node, 1)
 	p1 := mustPublish(t, in, r1)
 
-	c.stop(followers[0])
+	c.Stop(followers[0])
 	r2 := intaketest.NewRecord(node, 2)
 	p2, err := publish(in, 10*time.Second, r2)
 	if err != nil {
@@ -50,7 +50,7 @@ func TestIntake_ConfirmIsAtQuorum(t *testing.T) {
 		t.Fatalf("confirmed at %d, not after %d", p2, p1)
 	}
 
-	c.stop(followers[1])
+	c.Stop(followers[1])
 	const attempt = 2 * time.Second
 	start := time.Now()
 	_, err = publish(in, attempt, intaketest.NewRecord(node, 3))
@@ -64,7 +64,7 @@ func TestIntake_ConfirmIsAtQuorum(t *testing.T) {
 		t.Error("Ready is false while the client is connected to a running server")
 	}
 
-	c.stop(leader)
+	c.Stop(leader)
 	eventually(t, 10*time.Second, "Ready to turn false with every server gone", func() bool { return !in.Ready() })
 	start = time.Now()
 	_, err = publish(in, attempt, intaketest.NewRecord(node, 4))

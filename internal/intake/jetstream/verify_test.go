@@ -64,11 +64,11 @@ func TestIntake_Verify(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.f.open(t, "verify-node", tc.edit)
-			before := tc.f.c.streamInfo(t, tc.f.cfg.Name)
+			before := tc.f.c.StreamInfo(t, tc.f.cfg.Name)
 			ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 			defer cancel()
 			err := in.Verify(ctx)
-			after := tc.f.c.streamInfo(t, tc.f.cfg.Name)
+			after := tc.f.c.StreamInfo(t, tc.f.cfg.Name)
 			if !reflect.DeepEqual(before.Config, after.Config) || !before.Created.Equal(after.Created) {
 				t.Errorf("Verify changed the stream:\nbefore %+v\n after %+v", before.Config, after.Config)
 			}
@@ -111,7 +111,7 @@ func TestIntake_Verify(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Earliest: %v", err)
 		}
-		if first := good.c.streamInfo(t, good.cfg.Name).State.FirstSeq; uint64(e) != first {
+		if first := good.c.StreamInfo(t, good.cfg.Name).State.FirstSeq; uint64(e) != first {
 			t.Errorf("Earliest = %d, stream's first sequence %d", e, first)
 		}
 	})
