@@ -296,6 +296,11 @@ func (c *Cluster) CreateStream(tb testing.TB, cfg natsjs.StreamConfig) natsjs.St
 		}
 		return last == nil
 	})
+	if cfg.Replicas > 1 {
+		// A publish right after the create can find no stream leader yet
+		// ("no response from stream"): wait for the leader and replicas.
+		c.WaitStreamLeader(tb, cfg.Name)
+	}
 	return st.CachedInfo().Config
 }
 
