@@ -50,7 +50,9 @@ func New(cfg *config.HTTPSink) (*Sink, error) {
 	}
 	s.secret = sec
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 64
+	// Enough idle connections for every dispatch worker to reuse one: the
+	// pool, not dispatch.concurrency, would otherwise cap keep-alive reuse.
+	tr.MaxIdleConnsPerHost = 1024
 	s.client = &http.Client{
 		Transport: tr,
 		Timeout:   time.Duration(cfg.TimeoutMs) * time.Millisecond,
