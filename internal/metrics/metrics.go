@@ -253,11 +253,13 @@ func normalise(v string, set []string, other string) string {
 // Delivery implements dispatch.Observer. sinkID is a configured sink id and
 // result one of delivered, retry, dead: both fixed sets.
 func (m *Metrics) Delivery(sinkID, result string, d time.Duration) {
-	m.deliveries.WithLabelValues(result, sinkID).Inc()
-	m.deliveryDuration.Observe(d.Seconds())
+	// The total first: a scrape that sees deliveries{result="dead"} rise
+	// then also sees dead_lettered_total, never one without the other.
 	if result == "dead" {
 		m.deadLettered.Inc()
 	}
+	m.deliveryDuration.Observe(d.Seconds())
+	m.deliveries.WithLabelValues(result, sinkID).Inc()
 }
 
 // WatchDispatch registers the delivery queue gauges, read at scrape time.
