@@ -182,15 +182,9 @@ type Result struct {
 	// fully read), nearest-rank.
 	P50, P99, Max time.Duration
 
-	// Errors counts every answer other than 201 plus every transport error,
-	// over the whole run (warmup included): any error is a finding.
-	Errors uint64
-	// Statuses breaks the non-201 answers down by status code.
-	Statuses map[int]uint64
-	// TransportErrors counts requests that got no answer at all.
-	TransportErrors uint64
-	// FirstError is the first transport error seen, if any.
-	FirstError string
+	// Failures counts every answer other than 201 plus every transport
+	// error, over the whole run (warmup included): any error is a finding.
+	Failures
 
 	// CPU is the CPU this process (load generator, server and, in disk
 	// mode, Pebble's background work) used during the window, in cores;
@@ -425,11 +419,52 @@ type windowProbe struct {
 
 // worker is one closed-loop client's tallies; only its goroutine writes it.
 type worker struct {
-	lat        []time.Duration // OK requests completed inside the window
-	errs       uint64
-	statuses   map[int]uint64
-	transport  uint64
-	firstError string
+	lat []time.Duration // OK requests completed inside the window
+	Failures
+}
+
+// Failures tallies the requests that did not get a 201: one client's (a
+// worker's), or a whole run's once the workers are added up.
+type Failures struct {
+	// Errors counts every answer other than 201 plus every transport error.
+	Errors uint64
+	// Statuses breaks the non-201 answers down by status code.
+	Statuses map[int]uint64
+	// TransportErrors counts requests that got no answer at all.
+	TransportErrors uint64
+	// FirstError is the first transport error seen, if any.
+	FirstError string
+}
+
+// fail counts one request without a 201: a status, or a transport error.
+func (f *Failures) fail(status int, err error) {
+	f.Errors++
+	if err != nil {
+		f.TransportErrors++
+		if f.FirstError == "" {
+			f.FirstError = err.Error()
+		}
+		return
+	}
+	if f.Statuses == nil {
+		f.Statuses = make(map[int]uint64)
+	}
+	f.Statuses[status]++
+}
+
+// add folds o into f.
+func (f *Failures) add(o *Failures) {
+	f.Errors += o.Errors
+	f.TransportErrors += o.TransportErrors
+	if f.FirstError == "" {
+		f.FirstError = o.FirstError
+	}
+	for code, k := range o.Statuses {
+		if f.Statuses == nil {
+			f.Statuses = make(map[int]uint64)
+		}
+		f.Statuses[code] += k
+	}
 }
 
 // drive runs `clients` closed-loop goroutines against url for Warmup +
@@ -521,17 +556,7 @@ func drive(ctx context.Context, o *Options, mode Mode, clients int, url string, 
 	for i := range workers {
 		w := &workers[i]
 		all = append(all, w.lat...)
-		r.Errors += w.errs
-		r.TransportErrors += w.transport
-		if r.FirstError == "" {
-			r.FirstError = w.firstError
-		}
-		for code, k := range w.statuses {
-			if r.Statuses == nil {
-				r.Statuses = make(map[int]uint64)
-			}
-			r.Statuses[code] += k
-		}
+		r.add(&w.Failures)
 		w.lat = nil
 	}
 	slices.Sort(all)
@@ -587,21 +612,6 @@ func (w *worker) loop(ctx context.Context, client *http.Client, url string, body
 			w.lat = append(w.lat, t1.Sub(t0))
 		}
 	}
-}
-
-func (w *worker) fail(status int, err error) {
-	w.errs++
-	if err != nil {
-		w.transport++
-		if w.firstError == "" {
-			w.firstError = err.Error()
-		}
-		return
-	}
-	if w.statuses == nil {
-		w.statuses = make(map[int]uint64)
-	}
-	w.statuses[status]++
 }
 
 // sleepUntil waits for t; false if ctx ended first.

@@ -98,12 +98,9 @@ type E2EResult struct {
 
 	// Acked counts 201 answers: the hooks that must be delivered.
 	Acked uint64
-	// Errors counts posts that got no 201 (not acked, so not owed a
+	// Failures counts posts that got no 201 (not acked, so not owed a
 	// delivery), broken down as in Result.
-	Errors          uint64
-	Statuses        map[int]uint64
-	TransportErrors uint64
-	FirstError      string
+	Failures
 
 	// IngestTime runs from the first post sent to the last answer read;
 	// IngestPerSec is Acked / IngestTime.
@@ -326,17 +323,7 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	for i := range workers {
 		w := &workers[i]
 		acks = append(acks, w.acks...)
-		res.Errors += w.errs
-		res.TransportErrors += w.transport
-		if res.FirstError == "" {
-			res.FirstError = w.firstError
-		}
-		for code, k := range w.statuses {
-			if res.Statuses == nil {
-				res.Statuses = make(map[int]uint64)
-			}
-			res.Statuses[code] += k
-		}
+		res.add(&w.Failures)
 	}
 	res.Acked = uint64(len(acks))
 	res.IngestTime = ingestEnd.Sub(begin)
@@ -428,11 +415,8 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 
 // e2eWorker is one client's tallies; only its goroutine writes it.
 type e2eWorker struct {
-	acks       []ack
-	errs       uint64
-	statuses   map[int]uint64
-	transport  uint64
-	firstError string
+	acks []ack
+	Failures
 }
 
 func (w *e2eWorker) post(ctx context.Context, client *http.Client, url string, body []byte) {
@@ -467,21 +451,6 @@ func (w *e2eWorker) post(ctx context.Context, client *http.Client, url string, b
 		}
 		w.acks = append(w.acks, ack{id: a.ID, at: at})
 	}
-}
-
-func (w *e2eWorker) fail(status int, err error) {
-	w.errs++
-	if err != nil {
-		w.transport++
-		if w.firstError == "" {
-			w.firstError = err.Error()
-		}
-		return
-	}
-	if w.statuses == nil {
-		w.statuses = make(map[int]uint64)
-	}
-	w.statuses[status]++
 }
 
 // PrintE2E writes the figures of an end-to-end run and its verdict.
