@@ -71,6 +71,16 @@ var keyIntakePartition = []byte("m:intake_partition")
 // stampPartition gives a partitioned adapter its partition: the stamped one,
 // or a fresh assignment that is stamped (synced) before first use.
 func stampPartition(ctx context.Context, st *store.Store, in intake.Intake, node string) error {
+	return setPartition(ctx, st, in, node, true)
+}
+
+// usePartition gives the adapter its partition without writing: the
+// stamped one, or the one a first boot would stamp (--dry-run).
+func usePartition(ctx context.Context, st *store.Store, in intake.Intake, node string) error {
+	return setPartition(ctx, st, in, node, false)
+}
+
+func setPartition(ctx context.Context, st *store.Store, in intake.Intake, node string, stamp bool) error {
 	pa, ok := in.(interface {
 		intake.PartitionAssigner
 		SetPartition(int32) error
@@ -87,11 +97,13 @@ func stampPartition(ctx context.Context, st *store.Store, in intake.Intake, node
 	if err != nil {
 		return fmt.Errorf("assign intake partition: %w", err)
 	}
-	b := st.NewBatch()
-	defer b.Close()
-	_ = b.Set(keyIntakePartition, store.U64(uint64(p)), nil)
-	if err := st.ApplySync(b); err != nil {
-		return fmt.Errorf("stamp m:intake_partition: %w", err)
+	if stamp {
+		b := st.NewBatch()
+		defer b.Close()
+		_ = b.Set(keyIntakePartition, store.U64(uint64(p)), nil)
+		if err := st.ApplySync(b); err != nil {
+			return fmt.Errorf("stamp m:intake_partition: %w", err)
+		}
 	}
 	return pa.SetPartition(p)
 }
@@ -225,26 +237,4 @@ func (in *Instance) route(source string) (queue.Route, bool) {
 		r.DedupeTTL = time.Duration(sc.Dedupe.TTLSeconds) * time.Second
 	}
 	return r, true
-}
-
-// usePartition gives the adapter its partition without writing: the
-// stamped one, or the one a first boot would stamp (--dry-run).
-func usePartition(ctx context.Context, st *store.Store, in intake.Intake, node string) error {
-	pa, ok := in.(interface {
-		intake.PartitionAssigner
-		SetPartition(int32) error
-	})
-	if !ok {
-		return nil
-	}
-	if v, err := st.Get(keyIntakePartition); err != nil {
-		return err
-	} else if n, ok := store.ParseU64(v); ok {
-		return pa.SetPartition(int32(n))
-	}
-	p, err := pa.AssignPartition(ctx, node)
-	if err != nil {
-		return fmt.Errorf("assign intake partition: %w", err)
-	}
-	return pa.SetPartition(p)
 }
