@@ -126,7 +126,7 @@ func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, e
 		}
 	}
 
-	next, err := readNextSeq(st)
+	next, err := storedNextSeq(st)
 	if err != nil {
 		return sum, err
 	}
@@ -154,23 +154,6 @@ func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, e
 	}
 	log.Info("intake recovery done", "summary", sum.String(), "from", from, "earliest", earliest)
 	return sum, nil
-}
-
-func readNextSeq(st *store.Store) (uint64, error) {
-	next := uint64(1)
-	if v, err := st.Get(store.KeyNextSeq); err != nil {
-		return 0, err
-	} else if n, ok := store.ParseU64(v); ok {
-		next = max(next, n)
-	}
-	var last uint64
-	err := st.Scan([]byte{store.PrefixHook}, []byte{store.PrefixHook + 1}, func(k, _ []byte) bool {
-		if s, ok := store.ParseU64(k[1:]); ok {
-			last = s
-		}
-		return true
-	})
-	return max(next, last+1), err
 }
 
 type replayed struct {

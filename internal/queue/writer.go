@@ -77,31 +77,12 @@ func newWriter(st *store.Store, opts *Options, b *batcher, s *syncer) (*writer, 
 	return w, nil
 }
 
-// recover reads next_seq and the counts back from the store. next_seq is the
-// larger of the stored marker and the highest hook + 1, so a seq is never
-// reused even if the marker were behind.
+// recover reads next_seq and the counts back from the store.
 func (w *writer) recover() error {
-	next := uint64(1)
-	if v, err := w.st.Get(store.KeyNextSeq); err != nil {
-		return fmt.Errorf("read next_seq: %w", err)
-	} else if v != nil {
-		n, ok := store.ParseU64(v)
-		if !ok {
-			return fmt.Errorf("read next_seq: %w", store.ErrCorrupt)
-		}
-		next = max(next, n)
-	}
-	var last uint64
-	err := w.st.Scan([]byte{store.PrefixHook}, []byte{store.PrefixHook + 1}, func(k, _ []byte) bool {
-		if s, ok := store.ParseU64(k[1:]); ok {
-			last = s
-		}
-		return true
-	})
+	next, err := storedNextSeq(w.st)
 	if err != nil {
-		return fmt.Errorf("find last hook: %w", err)
+		return err
 	}
-	next = max(next, last+1)
 	w.nextSeq = next
 	w.nextSeqPublic.Store(next)
 	// Everything in a freshly opened store is on disk (a reopen replays only
@@ -492,3 +473,26 @@ var errFenceAborted = errors.New("fence aborted by shutdown")
 
 // shutdownFenceTimeout bounds the cleanup of a failure met while stopping.
 const shutdownFenceTimeout = 5 * time.Second
+
+// storedNextSeq is the larger of the stored m:next_seq and the highest hook
+// + 1, so a seq is never reused even if the marker were behind.
+func storedNextSeq(st *store.Store) (uint64, error) {
+	next := uint64(1)
+	if v, err := st.Get(store.KeyNextSeq); err != nil {
+		return 0, fmt.Errorf("read next_seq: %w", err)
+	} else if v != nil {
+		n, ok := store.ParseU64(v)
+		if !ok {
+			return 0, fmt.Errorf("read next_seq: %w", store.ErrCorrupt)
+		}
+		next = max(next, n)
+	}
+	k, err := st.LastKey([]byte{store.PrefixHook}, []byte{store.PrefixHook + 1})
+	if err != nil {
+		return 0, fmt.Errorf("find last hook: %w", err)
+	}
+	if last, ok := store.ParseU64(k[min(1, len(k)):]); ok {
+		next = max(next, last+1)
+	}
+	return next, nil
+}

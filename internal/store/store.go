@@ -401,3 +401,26 @@ func (s *Store) Checkpoint(dir string) error {
 	}
 	return nil
 }
+
+// LastKey returns a copy of the largest key in [lower, upper), or nil when
+// the range is empty. One seek, not a scan.
+func (s *Store) LastKey(lower, upper []byte) ([]byte, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil {
+		return nil, ErrClosed
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, fmt.Errorf("last key: %w", err)
+	}
+	var k []byte
+	if it.Last() {
+		k = append([]byte(nil), it.Key()...)
+	}
+	if err := it.Error(); err != nil {
+		_ = it.Close()
+		return nil, fmt.Errorf("last key: %w", err)
+	}
+	return k, it.Close()
+}
