@@ -65,8 +65,17 @@ func trimOWS(s string) string {
 // parseSignature splits the signature header value into decoded candidates
 // (into c) and, for csv_pairs with a timestamp key, returns the timestamp
 // text. Every failure is MalformedSignature; details never echo the value.
+//
+// A header may carry several candidates (csv_pairs, space_versions). One
+// that cannot be decoded is skipped, as the providers' own libraries skip
+// it (stripe-go "ignores invalid signatures"; the Standard Webhooks and
+// Svix libraries compare each entry and move on): it can match nothing, and
+// refusing the whole header for it would refuse a request another candidate
+// authenticates. The header is malformed only when no candidate of the
+// expected version decodes; the reason then names the last bad one.
 func (e *engine) parseSignature(v string, c *candidates) (ts string, f *Failure) {
 	c.size = e.size
+	var lastBad *Failure // the last candidate that did not decode
 	switch e.parse {
 	case parseWhole:
 		return "", e.addCandidate(c, v)
@@ -88,7 +97,7 @@ func (e *engine) parseSignature(v string, c *candidates) (ts string, f *Failure)
 			switch k {
 			case e.sigKey:
 				if f := e.addCandidate(c, val); f != nil {
-					return "", f
+					lastBad = f
 				}
 			case e.tsKey:
 				if e.tsKey == "" {
@@ -118,16 +127,22 @@ func (e *engine) parseSignature(v string, c *candidates) (ts string, f *Failure)
 			}
 			ver, sig, ok := strings.Cut(item, ",")
 			if !ok {
-				return "", fail(MalformedSignature, e.sigHeader+": an entry has no ',' between version and signature")
+				// Not an entry of any version: skipped, as the reference
+				// libraries skip it.
+				lastBad = fail(MalformedSignature, e.sigHeader+": an entry has no ',' between version and signature")
+				continue
 			}
 			if ver == e.sigKey {
 				if f := e.addCandidate(c, sig); f != nil {
-					return "", f
+					lastBad = f
 				}
 			}
 		}
 	}
 	if c.n == 0 {
+		if lastBad != nil {
+			return "", lastBad
+		}
 		return "", fail(MalformedSignature, e.sigHeader+": no "+e.sigKey+" signature")
 	}
 	return ts, nil

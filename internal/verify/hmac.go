@@ -15,9 +15,10 @@ import (
 //
 //  1. the signature header: absent or empty → missing_signature; repeated or
 //     over MaxHeaderBytes → malformed_signature;
-//  2. its parse: every candidate of the expected version must carry the
-//     prefix and decode to exactly one digest, and at least one must exist
-//     → else malformed_signature;
+//  2. its parse: a candidate of the expected version counts only if it
+//     carries the prefix and decodes to exactly one digest; one that does
+//     not is skipped, as the providers' libraries skip it. No candidate
+//     left → malformed_signature;
 //  3. timestamped schemes: the timestamp (header absent → missing_signature;
 //     not 1–18 ASCII digits → malformed_signature), then |now − ts| ≤
 //     tolerance → else timestamp_out_of_tolerance. This is checked before

@@ -94,7 +94,13 @@ func TestVerify_Stripe(t *testing.T) {
 		{"32nd candidate is considered", "t=" + nowTS + manyBad + ",v1=" + good, ""},
 		{"33rd candidate is ignored", "t=" + nowTS + manyBad + ",v1=" + bad + ",v1=" + good, verify.NoMatch},
 		{"a malformed candidate past the cap is not decoded", "t=" + nowTS + manyBad + ",v1=" + good + ",v1=zz", ""},
-		{"a malformed v1 beside a good one", "t=" + nowTS + ",v1=" + good + ",v1=zz", verify.MalformedSignature},
+		// stripe-go skips a v1 it cannot decode ("ignore invalid
+		// signatures") and accepts when any other matches.
+		{"a malformed v1 beside a good one", "t=" + nowTS + ",v1=" + good + ",v1=zz", ""},
+		{"a malformed v1 before a good one", "t=" + nowTS + ",v1=zz,v1=" + good, ""},
+		{"an empty v1 before a good one", "t=" + nowTS + ",v1=,v1=" + good, ""},
+		{"a malformed v1 beside a wrong one", "t=" + nowTS + ",v1=zz,v1=" + bad, verify.NoMatch},
+		{"only malformed v1", "t=" + nowTS + ",v1=zz,v1=" + good[:10], verify.MalformedSignature},
 		{"t with the wrong case", "T=" + nowTS + ",v1=" + good, verify.MalformedSignature},
 		{"empty t", "t=,v1=" + good, verify.MalformedSignature},
 	} {
@@ -126,10 +132,18 @@ func TestVerify_StandardWebhooks(t *testing.T) {
 		{"v1a entries ignored", msgID, "v1a,c2lnbmF0dXJl " + good, ""},
 		{"unpadded base64", msgID, strings.TrimRight(good, "="), ""},
 		{"none good", msgID, bad + " " + bad, verify.NoMatch},
+		// The reference libraries compare each v1 entry and move on; an
+		// entry that does not decode is one that does not match.
+		{"a bogus v1 before a good one", msgID, "v1,bogus " + good, ""},
+		{"a bogus v1 after a good one", msgID, good + " v1,bogus", ""},
+		{"an entry without a comma beside a good one", msgID, "garbage " + good, ""},
+		{"a bogus v1 beside a wrong one", msgID, "v1,bogus " + bad, verify.NoMatch},
+		{"only bogus v1", msgID, "v1,bogus v1,!!!", verify.MalformedSignature},
 		// Found by FuzzStandardWebhooksHeader: the last character's unused
 		// bits set gives a second spelling of the same digest; the reference
 		// libraries compare encoded strings, so it is not accepted.
 		{"non-canonical base64", msgID, nonCanonicalB64(good), verify.MalformedSignature},
+		{"non-canonical base64 beside a wrong one", msgID, nonCanonicalB64(good) + " " + bad, verify.NoMatch},
 		{"other webhook-id", "msg_other", good, verify.NoMatch},
 		{"no webhook-id", "", good, verify.MissingSignature},
 		{"comma-separated instead of spaces", msgID, good + "," + good, verify.MalformedSignature},

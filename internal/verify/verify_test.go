@@ -88,12 +88,13 @@ func schemes() []scheme {
 		wrong: "whsec_" + b64("not-the-key"),
 		sign:  signStandard, sigHeader: "webhook-signature", tsHeader: "webhook-timestamp", timestamped: true,
 		malformed: []string{
-			"v1",                           // no comma
-			"v2," + b64(hex64[:32]),        // no v1
-			"v1a," + b64(hex64),            // asymmetric scheme only: ignored, so no v1
-			"v1,!!!!",                      // bad base64
-			"v1," + b64("short"),           // wrong length
-			"v1," + b64(hex64[:32]) + " x", // second entry without comma
+			"v1",                         // no comma
+			"v2," + b64(hex64[:32]),      // no v1
+			"v1a," + b64(hex64),          // asymmetric scheme only: ignored, so no v1
+			"v1,!!!!",                    // bad base64
+			"v1," + b64("short"),         // wrong length
+			"x y",                        // entries without a comma only
+			"v1,!!!! v1," + b64("short"), // no v1 entry decodes
 		},
 	}, {
 		// Generic hmac: the test's own made-up provider (SHA-512, base64,
