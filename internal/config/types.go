@@ -271,8 +271,7 @@ func (s SourceConfig) VerifyFailurePolicy() string {
 // verify.Spec (see Spec). Validate builds the verifier once to check it, so
 // a loaded config always yields one.
 type VerifyConfig struct {
-	// Type: none (default) | stripe | github | standard_webhooks | shopify |
-	// slack | hmac (verify.Types()).
+	// Type: none (default) | hmac | a named scheme (verify.Types()).
 	Type string `yaml:"type" json:"type"`
 	// Secret: newest first, 1..8 entries, required unless type is none (and
 	// refused there). YAML takes a single string or a list.

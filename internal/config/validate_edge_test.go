@@ -109,7 +109,7 @@ func TestVerifyRefused(t *testing.T) {
 		key, rule string
 	}{
 		{"type typo", "verify: {type: Stripe, secret: x}", "verify.type",
-			`must be one of github|hmac|none|shopify|slack|standard_webhooks|stripe, got "Stripe"`},
+			"must be one of " + strings.Join(verify.Types(), "|") + `, got "Stripe"`},
 		{"type empty", `verify: {type: "", secret: x}`, "verify.type", "must be set"},
 		{"bad whsec secret", "verify: {type: standard_webhooks, secret: whsec_not*base64}", "verify.secret[0]",
 			`secret is not "whsec_" followed by standard base64 (secret_decode whsec_base64)`},

@@ -19,13 +19,15 @@ import (
 // cannot make dedupe rows arbitrarily large.
 const MaxKeyBytes = 200
 
-// presetHeaders maps a preset to the header that carries its event id.
+// presetHeaders maps a preset to the headers that carry its event id, the
+// first present one wins. svix and standard_webhooks read both names, as
+// their verify types do (a Svix sender may use either set).
 // stripe has no header: its event id is the JSON body's "id".
-var presetHeaders = map[string]string{
-	"github":            "X-GitHub-Delivery",
-	"standard_webhooks": "Webhook-Id",
-	"svix":              "Svix-Id",
-	"shopify":           "X-Shopify-Webhook-Id",
+var presetHeaders = map[string][]string{
+	"github":            {"X-GitHub-Delivery"},
+	"standard_webhooks": {"Webhook-Id", "Svix-Id"},
+	"svix":              {"Svix-Id", "Webhook-Id"},
+	"shopify":           {"X-Shopify-Webhook-Id"},
 }
 
 var presetJSON = map[string]string{
@@ -34,9 +36,9 @@ var presetJSON = map[string]string{
 
 // Extractor finds one source's dedupe key.
 type Extractor struct {
-	header string   // canonical header name, or ""
-	path   []string // JSON path, or nil
-	ttl    time.Duration
+	headers []string // canonical header names, first present wins; or nil
+	path    []string // JSON path, or nil
+	ttl     time.Duration
 }
 
 // New builds the extractor of a source; nil config means no dedupe.
@@ -47,13 +49,15 @@ func New(c *config.SourceDedupe) *Extractor {
 	e := &Extractor{ttl: time.Duration(c.TTLSeconds) * time.Second}
 	switch {
 	case c.Preset != "":
-		if h, ok := presetHeaders[c.Preset]; ok {
-			e.header = http.CanonicalHeaderKey(h)
+		if hs, ok := presetHeaders[c.Preset]; ok {
+			for _, h := range hs {
+				e.headers = append(e.headers, http.CanonicalHeaderKey(h))
+			}
 		} else if p, ok := presetJSON[c.Preset]; ok {
 			e.path = strings.Split(p, ".")
 		}
 	case c.Header != "":
-		e.header = http.CanonicalHeaderKey(c.Header)
+		e.headers = []string{http.CanonicalHeaderKey(c.Header)}
 	case c.JSON != "":
 		e.path = strings.Split(c.JSON, ".")
 	}
@@ -71,8 +75,12 @@ func (e *Extractor) Key(h http.Header, body []byte) string {
 		return ""
 	}
 	var k string
-	if e.header != "" {
-		k = strings.TrimSpace(h.Get(e.header))
+	if e.headers != nil {
+		for _, name := range e.headers {
+			if k = strings.TrimSpace(h.Get(name)); k != "" {
+				break
+			}
+		}
 	} else if e.path != nil {
 		k = jsonKey(body, e.path)
 	}

@@ -24,6 +24,8 @@ func TestExtractor_Key(t *testing.T) {
 		{"github preset", &config.SourceDedupe{Preset: "github"}, http.Header{"X-Github-Delivery": {"d1"}}, `{}`, "d1"},
 		{"standard webhooks preset", &config.SourceDedupe{Preset: "standard_webhooks"}, http.Header{"Webhook-Id": {"msg_1"}}, ``, "msg_1"},
 		{"svix preset", &config.SourceDedupe{Preset: "svix"}, http.Header{"Svix-Id": {"msg_2"}}, ``, "msg_2"},
+		{"svix preset falls back to webhook-id", &config.SourceDedupe{Preset: "svix"}, http.Header{"Webhook-Id": {"msg_3"}}, ``, "msg_3"},
+		{"standard webhooks preset falls back to svix-id", &config.SourceDedupe{Preset: "standard_webhooks"}, http.Header{"Svix-Id": {"msg_4"}}, ``, "msg_4"},
 		{"shopify preset", &config.SourceDedupe{Preset: "shopify"}, http.Header{"X-Shopify-Webhook-Id": {"s1"}}, ``, "s1"},
 		{"stripe preset reads the body id", &config.SourceDedupe{Preset: "stripe"}, nil, `{"id":"evt_1","object":"event"}`, "evt_1"},
 		{"custom header, any case", &config.SourceDedupe{Header: "x-event-id"}, http.Header{"X-Event-Id": {"  e7 "}}, ``, "e7"},

@@ -91,6 +91,15 @@ func signStandard(t testing.TB, secret, tsText string, body []byte) http.Header 
 	return h
 }
 
+func signSvix(t testing.TB, secret, tsText string, body []byte) http.Header {
+	h := http.Header{}
+	h.Set("svix-id", msgID)
+	h.Set("svix-timestamp", tsText)
+	sig := base64.StdEncoding.EncodeToString(mac(sha256.New, whsecKey(t, secret), msgID+"."+tsText+"."+string(body)))
+	h.Set("svix-signature", "v1,"+sig)
+	return h
+}
+
 // customCSVSpec is a made-up provider exercising the other knobs: SHA-512,
 // base64, csv_pairs with its own keys, a header in the signed template and
 // base64-encoded secrets.

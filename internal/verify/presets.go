@@ -27,6 +27,9 @@ import "sort"
 //     with id from webhook-id and ts from webhook-timestamp; the key is the
 //     base64 part of the "whsec_…" secret, decoded. Other versions ("v1a",
 //     the asymmetric scheme) are ignored.
+//   - svix: the same scheme under Svix's names svix-id, svix-timestamp and
+//     svix-signature (Svix docs: "Verifying webhooks manually"); both it and
+//     standard_webhooks also accept the other set of names (svix.go).
 var presets = map[string]Spec{
 	"github": {
 		SignatureHeader: "X-Hub-Signature-256",
@@ -75,6 +78,24 @@ var presets = map[string]Spec{
 		SecretDecode:    SecretWhsecBase64,
 		TimestampHeader: "webhook-timestamp",
 	},
+	"svix": {
+		SignatureHeader: "svix-signature",
+		Parse:           ParseSpaceVersions,
+		SigKey:          "v1",
+		Signed:          "{header:svix-id}.{ts}.{body}",
+		Hash:            HashSHA256,
+		Encoding:        EncodingBase64,
+		SecretDecode:    SecretWhsecBase64,
+		TimestampHeader: "svix-timestamp",
+	},
+}
+
+// headerSets: types whose provider sends the same scheme under two sets of
+// header names (svix.go). The preset of the type itself is read first, the
+// other one when the request carries only its names.
+var headerSets = map[string]string{
+	"standard_webhooks": "svix",
+	"svix":              "standard_webhooks",
 }
 
 // Preset returns the named scheme as a Spec of type "hmac" with no secrets:

@@ -15,8 +15,7 @@ import (
 // Spec is a source's verify block. The config package maps its YAML onto
 // it; New validates it.
 type Spec struct {
-	// Type: none | stripe | github | standard_webhooks | shopify | slack |
-	// hmac.
+	// Type: none | hmac | a preset name (Types lists them).
 	Type string
 	// Secrets, newest first, at most MaxSecrets, none empty. Every one is
 	// tried on every request, so the order only documents rotation.
@@ -143,6 +142,21 @@ func New(s Spec) (Verifier, error) {
 			errs.add(f, "applies only to type hmac; type %s fixes it", s.Type)
 		}
 		p.Secrets, p.ToleranceSeconds = s.Secrets, s.ToleranceSeconds
+		if other, ok := headerSets[s.Type]; ok {
+			alt := presets[other]
+			alt.Secrets, alt.ToleranceSeconds = s.Secrets, s.ToleranceSeconds
+			primary := compile(p, &errs)
+			// The fallback's problems are the primary's (same secrets,
+			// same tolerance), so they are not reported twice.
+			fallback := compile(alt, &specErrors{})
+			if err := errs.err(); err != nil {
+				return nil, err
+			}
+			return &headerSet{
+				primaryNames: namesOf(s.Type), fallbackNames: namesOf(other),
+				primary: primary, fallback: fallback,
+			}, nil
+		}
 		s = p
 	}
 	e := compile(s, &errs)
@@ -150,6 +164,13 @@ func New(s Spec) (Verifier, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+func namesOf(typ string) [3]string {
+	if typ == "svix" {
+		return svixHeaders
+	}
+	return webhookHeaders
 }
 
 // hmacOnlyFields names the hmac-only fields set on s, as config keys.

@@ -123,7 +123,7 @@ func TestNew_Valid(t *testing.T) {
 			t.Errorf("New(%+v): %v", s, err)
 		}
 	}
-	want := "github,hmac,none,shopify,slack,standard_webhooks,stripe"
+	want := "github,hmac,none,shopify,slack,standard_webhooks,stripe,svix"
 	if got := strings.Join(verify.Types(), ","); got != want {
 		t.Errorf("Types() = %s, want %s", got, want)
 	}

@@ -183,3 +183,45 @@ func nonCanonicalB64(s string) string {
 	i := strings.LastIndexFunc(s, func(r rune) bool { return r != '=' })
 	return s[:i] + string(alphabet[strings.IndexByte(alphabet, s[i])|1]) + s[i+1:]
 }
+
+// TestVerify_SvixHeaders: the Svix libraries send svix-id, svix-timestamp
+// and svix-signature, and verify either those or, when svix-id is absent,
+// the webhook-* names. Both verify types read both sets, the published
+// Svix vector (TestVerify_StandardWebhooksPublishedVector) in each.
+func TestVerify_SvixHeaders(t *testing.T) {
+	const (
+		secret  = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+		payload = `{"test": 2432232314}`
+		id      = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+		sig     = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+	)
+	at := time.Unix(1614265330, 0)
+	set := func(prefix, id, ts, sig string) http.Header {
+		h := http.Header{}
+		h.Set(prefix+"-id", id)
+		h.Set(prefix+"-timestamp", ts)
+		h.Set(prefix+"-signature", sig)
+		return h
+	}
+	for _, typ := range []string{"standard_webhooks", "svix"} {
+		v := mustNew(t, verify.Spec{Type: typ, Secrets: []string{secret}})
+		for _, c := range []struct {
+			name string
+			h    http.Header
+			body string
+			want verify.Reason
+		}{
+			{"svix-* headers", set("svix", id, "1614265330", sig), payload, ""},
+			{"webhook-* headers", set("webhook", id, "1614265330", sig), payload, ""},
+			{"svix-* headers, body changed", set("svix", id, "1614265330", sig), payload + " ", verify.NoMatch},
+			{"svix-* headers, other id", set("svix", "msg_other", "1614265330", sig), payload, verify.NoMatch},
+			{"svix-* headers, stale", set("svix", id, "1614264000", sig), payload, verify.TimestampOutOfTolerance},
+			{"svix-signature without svix-id", without(set("svix", id, "1614265330", sig), "Svix-Id"), payload, verify.MissingSignature},
+			{"neither set", http.Header{}, payload, verify.MissingSignature},
+		} {
+			t.Run(typ+"/"+c.name, func(t *testing.T) {
+				wantReason(t, v.Verify(c.h, []byte(c.body), at), c.want)
+			})
+		}
+	}
+}

@@ -97,6 +97,14 @@ func schemes() []scheme {
 			"v1,!!!! v1," + b64("short"), // no v1 entry decodes
 		},
 	}, {
+		// Svix docs: the Standard Webhooks scheme under svix-id,
+		// svix-timestamp and svix-signature.
+		name: "svix", spec: verify.Spec{Type: "svix"},
+		newest: "whsec_" + b64("svix-newest-key-32-bytes-long!!!"), older: "whsec_" + b64("svix-older-key"),
+		wrong: "whsec_" + b64("not-the-key"),
+		sign:  signSvix, sigHeader: "svix-signature", tsHeader: "svix-timestamp", timestamped: true,
+		malformed: []string{"v1", "v2," + b64(hex64[:32]), "v1,!!!!", "x y"},
+	}, {
 		// Generic hmac: the test's own made-up provider (SHA-512, base64,
 		// csv pairs "ts=…,sig=…", a header in the signed bytes).
 		name: "hmac_csv_sha512", spec: customCSVSpec,
