@@ -85,6 +85,10 @@ func shownInClear() []string {
 		"sources.*.sinks[].rabbitmq.url",
 		"sources.*.sinks[].rabbitmq.exchange",
 		"sources.*.sinks[].rabbitmq.routing_key",
+		// Header names only.
+		"sources.*.sinks[].kafka.drop_headers[]",
+		"sources.*.sinks[].nats.drop_headers[]",
+		"sources.*.sinks[].rabbitmq.drop_headers[]",
 	}
 }
 

@@ -399,6 +399,10 @@ type KafkaSink struct {
 	TimeoutMs int      `yaml:"timeout_ms" json:"timeout_ms"`
 	SASL      *SASL    `yaml:"sasl" json:"sasl,omitempty"`
 	TLS       *TLS     `yaml:"tls" json:"tls,omitempty"`
+	// DropHeaders: request headers left out of the message's headers, any
+	// case, at most 64. nil (absent) means the sink package's default
+	// (authorization, cookie, proxy-authorization); [] carries every one.
+	DropHeaders []string `yaml:"drop_headers" json:"drop_headers"`
 }
 
 // SASL credentials for Kafka.
@@ -428,6 +432,10 @@ type NATSSink struct {
 	Token     string `yaml:"token" json:"token,omitempty"`
 	CredsFile string `yaml:"creds_file" json:"creds_file,omitempty"`
 	NKeyFile  string `yaml:"nkey_file" json:"nkey_file,omitempty"`
+	// DropHeaders: request headers left out of the message's headers, any
+	// case, at most 64. nil (absent) means the sink package's default
+	// (authorization, cookie, proxy-authorization); [] carries every one.
+	DropHeaders []string `yaml:"drop_headers" json:"drop_headers"`
 }
 
 // RabbitMQSink publishes with confirms to an existing exchange.
@@ -436,4 +444,8 @@ type RabbitMQSink struct {
 	Exchange   string `yaml:"exchange" json:"exchange"`       // "" = the default exchange
 	RoutingKey string `yaml:"routing_key" json:"routing_key"` // required
 	TimeoutMs  int    `yaml:"timeout_ms" json:"timeout_ms"`
+	// DropHeaders: request headers left out of the message's headers, any
+	// case, at most 64. nil (absent) means the sink package's default
+	// (authorization, cookie, proxy-authorization); [] carries every one.
+	DropHeaders []string `yaml:"drop_headers" json:"drop_headers"`
 }

@@ -173,6 +173,7 @@ func validateKafkaSink(v *validator, p string, k *KafkaSink) {
 		v.add(p+".topic", "must match [a-zA-Z0-9._-]{1,249}, got %q", t)
 	}
 	intRange(v, p+".timeout_ms", k.TimeoutMs, 100, 600_000)
+	validateDropHeaders(v, p+".drop_headers", k.DropHeaders)
 
 	if s := k.SASL; s != nil {
 		sp := p + ".sasl"
@@ -327,6 +328,7 @@ func validateNATSSink(v *validator, p string, n *NATSSink) {
 		v.add(p+".subject", "must not have empty tokens (leading, trailing or repeated dots), got %q", s)
 	}
 	intRange(v, p+".timeout_ms", n.TimeoutMs, 100, 600_000)
+	validateDropHeaders(v, p+".drop_headers", n.DropHeaders)
 
 	var methods []string
 	if n.User != "" || n.Password != "" {
@@ -370,4 +372,30 @@ func validateRabbitMQSink(v *validator, p string, r *RabbitMQSink) {
 		v.add(p+".routing_key", "must be at most %d bytes, got %d", maxAMQPShortStr, n)
 	}
 	intRange(v, p+".timeout_ms", r.TimeoutMs, 100, 600_000)
+	validateDropHeaders(v, p+".drop_headers", r.DropHeaders)
+}
+
+// maxDropHeaders bounds a queue sink's drop_headers list.
+const maxDropHeaders = 64
+
+// validateDropHeaders checks a queue sink's drop_headers: header names, at
+// most maxDropHeaders, no duplicates (any case).
+func validateDropHeaders(v *validator, p string, names []string) {
+	if len(names) > maxDropHeaders {
+		v.add(p, "must have at most %d entries, got %d", maxDropHeaders, len(names))
+		return
+	}
+	seen := map[string]int{}
+	for i, n := range names {
+		ip := fmt.Sprintf("%s[%d]", p, i)
+		if !headerRE.MatchString(n) {
+			v.add(ip, "must be an HTTP header name, got %q", n)
+			continue
+		}
+		if j, dup := seen[strings.ToLower(n)]; dup {
+			v.add(ip, "duplicate of %s[%d] (names match in any case)", p, j)
+			continue
+		}
+		seen[strings.ToLower(n)] = i
+	}
 }

@@ -224,6 +224,16 @@ func TestSinkRules(t *testing.T) {
 		{"routing key 256", func(k sinks) { k[4].RabbitMQ.RoutingKey = strings.Repeat("r", 256) }, sk4 + ".rabbitmq.routing_key", "must be at most 255 bytes, got 256"},
 		{"exchange named", func(k sinks) { k[4].RabbitMQ.Exchange = "amq.topic" }, "", ""},
 		{"exchange 256", func(k sinks) { k[4].RabbitMQ.Exchange = strings.Repeat("e", 256) }, sk4 + ".rabbitmq.exchange", "must be at most 255 bytes, got 256"},
+
+		// drop_headers (every queue sink)
+		{"drop_headers empty carries all", func(k sinks) { k[2].Kafka.DropHeaders = []string{} }, "", ""},
+		{"drop_headers own list", func(k sinks) { k[3].NATS.DropHeaders = []string{"Authorization", "x-token"} }, "", ""},
+		{"drop_headers not a header name", func(k sinks) { k[4].RabbitMQ.DropHeaders = []string{"authorization", "x bad"} },
+			sk4 + ".rabbitmq.drop_headers[1]", `must be an HTTP header name, got "x bad"`},
+		{"drop_headers duplicate in another case", func(k sinks) { k[3].NATS.DropHeaders = []string{"cookie", "Cookie"} },
+			sk3 + ".nats.drop_headers[1]", "duplicate of " + sk3 + ".nats.drop_headers[0]"},
+		{"drop_headers too many", func(k sinks) { k[2].Kafka.DropHeaders = make([]string, 65) },
+			sk2 + ".kafka.drop_headers", "must have at most 64 entries, got 65"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -35,11 +36,37 @@ type headerJSON struct {
 	Value string `json:"value"`
 }
 
-// credentialHeaders are never forwarded to queue consumers.
-var credentialHeaders = map[string]bool{"authorization": true, "proxy-authorization": true, "cookie": true}
+// DefaultDropHeaders are the request headers a queue message leaves out
+// when a sink configures no drop_headers: the provider's credentials to
+// Ankusa (or to a proxy in front of it) are not the consumers' business,
+// and a topic is read by many. Signature headers are carried, so a consumer
+// can verify the provider's signature itself.
+func DefaultDropHeaders() []string {
+	return []string{"authorization", "cookie", "proxy-authorization"}
+}
 
-// EncodeJSON is the message JSON of m.
-func EncodeJSON(m *Message) []byte {
+// HeaderFilter is the set of request header names a queue sink leaves out
+// of its messages (lower case). The zero value drops nothing.
+type HeaderFilter struct{ drop map[string]bool }
+
+// NewHeaderFilter drops names, in any case; nil means DefaultDropHeaders,
+// an empty non-nil list drops nothing.
+func NewHeaderFilter(names []string) HeaderFilter {
+	if names == nil {
+		names = DefaultDropHeaders()
+	}
+	f := HeaderFilter{drop: make(map[string]bool, len(names))}
+	for _, n := range names {
+		f.drop[strings.ToLower(n)] = true
+	}
+	return f
+}
+
+// Drops reports whether the header name (lower case, as stored) is left out.
+func (f HeaderFilter) Drops(name string) bool { return f.drop[name] }
+
+// EncodeJSON is the message JSON of m, without the headers f drops.
+func EncodeJSON(m *Message, f HeaderFilter) []byte {
 	j := messageJSON{
 		V: MessageVersion, ID: m.ID.String(), SourceID: m.Source, TenantID: m.Tenant,
 		ReceivedAt: m.ReceivedAt.UTC().Format(time.RFC3339Nano), ContentType: m.ContentType,
@@ -54,9 +81,7 @@ func EncodeJSON(m *Message) []byte {
 		j.ReplayID = &m.ReplayID
 	}
 	for _, h := range m.Headers {
-		if credentialHeaders[h.Name] {
-			// The provider's credentials to Ankusa are not the consumer's
-			// business, and a topic is read by many.
+		if f.Drops(h.Name) {
 			continue
 		}
 		j.Headers = append(j.Headers, headerJSON{h.Name, h.Value})

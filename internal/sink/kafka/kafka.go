@@ -26,7 +26,8 @@ import (
 // share one client, which batches records that are in flight together.
 type Sink struct {
 	topic   string
-	timeout time.Duration // 0: only the caller's ctx bounds an attempt
+	timeout time.Duration     // 0: only the caller's ctx bounds an attempt
+	drop    sink.HeaderFilter // request headers left out of the message
 	cl      *kgo.Client
 }
 
@@ -82,6 +83,7 @@ func New(cfg *config.KafkaSink, log *slog.Logger) (*Sink, error) {
 	return &Sink{
 		topic:   cfg.Topic,
 		timeout: time.Duration(cfg.TimeoutMs) * time.Millisecond,
+		drop:    sink.NewHeaderFilter(cfg.DropHeaders),
 		cl:      cl,
 	}, nil
 }
@@ -102,7 +104,7 @@ func (s *Sink) Deliver(ctx context.Context, m *sink.Message) error {
 	bh := sink.BrokerHeaders(m)
 	r := &kgo.Record{
 		Key:     []byte(m.Tenant + "/" + m.Source),
-		Value:   sink.EncodeJSON(m),
+		Value:   sink.EncodeJSON(m, s.drop),
 		Headers: make([]kgo.RecordHeader, 0, len(bh)),
 		// Timestamp stays zero, so the client stamps the produce time.
 		// ReceivedAt would be wrong here: a hook delivered after a long

@@ -49,6 +49,7 @@ const connectionName = "ankusa-sink"
 type Sink struct {
 	subject string
 	timeout time.Duration
+	drop    sink.HeaderFilter // request headers left out of the message
 	log     *slog.Logger
 	denied  *natsclient.Denials
 	client  *natsclient.Client[*conn]
@@ -80,6 +81,7 @@ func New(cfg *config.NATSSink, log *slog.Logger) (*Sink, error) {
 	s := &Sink{
 		subject: cfg.Subject,
 		timeout: defaultTimeout,
+		drop:    sink.NewHeaderFilter(cfg.DropHeaders),
 		log:     log.With("component", "sink", "sink_type", "nats", "subject", cfg.Subject),
 		denied:  natsclient.NewDenials(),
 	}
@@ -118,7 +120,7 @@ func (s *Sink) Deliver(ctx context.Context, m *sink.Message) error {
 	}
 
 	msg := nats.NewMsg(s.subject)
-	msg.Data = sink.EncodeJSON(m)
+	msg.Data = sink.EncodeJSON(m, s.drop)
 	for _, h := range sink.BrokerHeaders(m) {
 		msg.Header.Set(h.Key, h.Value)
 	}

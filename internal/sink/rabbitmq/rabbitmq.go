@@ -67,6 +67,7 @@ type Sink struct {
 	addr    string // host:port and vhost, never the credentials
 	op      string // prefix of every error: names the exchange and routing key
 	timeout time.Duration
+	drop    sink.HeaderFilter // request headers left out of the message
 
 	// slots holds a token per publish in flight (protocol rule 1).
 	slots chan struct{}
@@ -106,6 +107,7 @@ func New(cfg *config.RabbitMQSink, log *slog.Logger) (*Sink, error) {
 		addr:    fmt.Sprintf("%s vhost %q", net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)), uri.Vhost),
 		op:      fmt.Sprintf("rabbitmq publish to exchange %q routing key %q", cfg.Exchange, cfg.RoutingKey),
 		timeout: defaultTimeout,
+		drop:    sink.NewHeaderFilter(cfg.DropHeaders),
 		slots:   make(chan struct{}, maxInFlight),
 	}
 	if cfg.TimeoutMs > 0 {
@@ -146,7 +148,7 @@ func (s *Sink) Deliver(ctx context.Context, m *sink.Message) error {
 	s.mu.Unlock()
 
 	// Encoded here: the worker may outlive Deliver and must not read m then.
-	pub := publishing(m)
+	pub := publishing(m, s.drop)
 	// The publish runs on its own goroutine so that a broker call that does
 	// not take a ctx (a channel open, a write the broker's TCP flow control
 	// holds back) cannot hold Deliver past ctx. The worker keeps its slot
@@ -237,7 +239,7 @@ func (s *Sink) publish(ctx context.Context, pub amqp.Publishing) error {
 }
 
 // publishing is m as an AMQP message.
-func publishing(m *sink.Message) amqp.Publishing {
+func publishing(m *sink.Message, drop sink.HeaderFilter) amqp.Publishing {
 	hs := sink.BrokerHeaders(m)
 	headers := make(amqp.Table, len(hs))
 	for _, h := range hs {
@@ -249,7 +251,7 @@ func publishing(m *sink.Message) amqp.Publishing {
 		DeliveryMode: amqp.Persistent,
 		MessageId:    m.ID.String(),
 		Timestamp:    m.ReceivedAt,
-		Body:         sink.EncodeJSON(m),
+		Body:         sink.EncodeJSON(m, drop),
 	}
 }
 
