@@ -285,7 +285,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	if cfg.SourceStore.Type == config.SourceStorePersistent {
 		in.apiSources = apisources.New(apisources.Options{
 			Store: st, Registry: in.sources, Dispatch: disp, Config: cfg,
-			BuildSink: func(k config.SinkConfig) (sink.Sink, error) { return newSink(k, o.Logger) },
+			BuildSink: func(k config.SinkConfig) (sink.Sink, error) { return newSink(k, cfg.HTTP.MaxBodyBytes, o.Logger) },
 			Logger:    o.Logger,
 		})
 		if err := in.apiSources.Load(); err != nil {

@@ -21,7 +21,7 @@ func buildTargets(cfg *config.Config, nums map[store.SinkRef]uint16, log *slog.L
 	out := make(map[uint16]dispatch.Target)
 	for id, sc := range cfg.Sources {
 		for _, k := range sc.Sinks {
-			s, err := newSink(k, log)
+			s, err := newSink(k, cfg.HTTP.MaxBodyBytes, log)
 			if err != nil {
 				closeTargets(out)
 				return nil, fmt.Errorf("sources.%s sink %s: %w", id, k.ID, err)
@@ -32,7 +32,9 @@ func buildTargets(cfg *config.Config, nums map[store.SinkRef]uint16, log *slog.L
 	return out, nil
 }
 
-func newSink(k config.SinkConfig, log *slog.Logger) (sink.Sink, error) {
+// maxBody is http.max_body_bytes, which the NATS sink checks against the
+// server's max_payload.
+func newSink(k config.SinkConfig, maxBody int64, log *slog.Logger) (sink.Sink, error) {
 	switch k.Type {
 	case "log":
 		return logsink.New(log), nil
@@ -41,7 +43,7 @@ func newSink(k config.SinkConfig, log *slog.Logger) (sink.Sink, error) {
 	case "kafka":
 		return kafka.New(k.Kafka, log)
 	case "nats":
-		return natssink.New(k.NATS, log)
+		return natssink.New(k.NATS, log, maxBody)
 	case "rabbitmq":
 		return rabbitmq.New(k.RabbitMQ, log)
 	}

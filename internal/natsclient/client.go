@@ -66,6 +66,10 @@ type Config struct {
 	Denials   *Denials
 	Subject   string
 	DeniedMsg string
+	// OnConnect, if set, is called (on the client library's callback
+	// goroutine) each time a connection is established or re-established,
+	// so an adapter can check what the server it reached allows.
+	OnConnect func(*nats.Conn)
 }
 
 // Client keeps one connection open: Dial dials it and, when the client
@@ -181,9 +185,15 @@ func (cl *Client[C]) dial() (*conn[C], error) {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			cfg.Log.Info(cfg.LogPrefix+" connection restored", "server", nc.ConnectedUrlRedacted())
+			if cfg.OnConnect != nil {
+				cfg.OnConnect(nc)
+			}
 		}),
 		nats.ConnectHandler(func(nc *nats.Conn) {
 			cfg.Log.Info(cfg.LogPrefix+" connected", "server", nc.ConnectedUrlRedacted())
+			if cfg.OnConnect != nil {
+				cfg.OnConnect(nc)
+			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if cfg.Denials != nil && cfg.Denials.Observe(err, cfg.Subject) {

@@ -38,6 +38,7 @@ func (s *Sink) dial(url string, auth []nats.Option) (*natsclient.Client[*conn], 
 		PingInterval: pingInterval, MaxPingsOut: maxPingsOut, DrainTimeout: drainTimeout,
 		Log: s.log, LogPrefix: "nats",
 		Denials: s.denied, Subject: s.subject, DeniedMsg: "nats refused publish permission",
+		OnConnect: s.checkMaxPayload,
 	}, func(nc *nats.Conn) (*conn, error) {
 		js, err := jetstream.New(nc)
 		return &conn{nc: nc, js: js}, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/config"
 	natssink "github.com/ankusa/ankusa/internal/sink/nats"
+	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 // These tests run an embedded nats-server, for what the shared server
@@ -260,4 +262,38 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestSink_MaxPayloadWarning: on a server whose max_payload cannot carry
+// the edge's largest body after base64 and the envelope, the sink warns
+// when it connects, naming both numbers; and the arithmetic it warns with
+// is the real one: a body of MaxBodyFor(max_payload) bytes is delivered, a
+// body whose base64 alone exceeds max_payload is refused permanently.
+func TestSink_MaxPayloadWarning(t *testing.T) {
+	const maxPayload = 64 << 10
+	srv := runServer(t, -1, t.TempDir(), func(o *server.Options) { o.MaxPayload = maxPayload })
+	url := fmt.Sprintf("nats://127.0.0.1:%d", serverPort(t, srv))
+	st := makeStream(t, embeddedJetStream(t, url), nil)
+	subject := st.CachedInfo().Config.Subjects[0]
+
+	fits := natssink.MaxBodyFor(maxPayload)
+	if need := natssink.MessageBytes(fits); need > maxPayload || natssink.MessageBytes(fits+3) <= maxPayload {
+		t.Fatalf("MaxBodyFor(%d) = %d is not the largest body whose MessageBytes fits (%d)", maxPayload, fits, need)
+	}
+
+	rec := testutil.NewLogRecorder()
+	s, err := natssink.New(&config.NATSSink{URL: url, Subject: subject}, slog.New(rec), fits+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	testutil.Eventually(t, 5*time.Second, "the max_payload warning", func() bool {
+		return len(rec.Matching("WARN", "max_payload", "max_payload=65536", fmt.Sprintf("http_max_body_bytes=%d", fits+1),
+			fmt.Sprintf("largest_body_carried=%d", fits))) == 1
+	})
+
+	if err := deliver(s, newMessage(bytes.Repeat([]byte("a"), int(fits))), 5*time.Second); err != nil {
+		t.Fatalf("a body of MaxBodyFor(max_payload) = %d bytes: %v", fits, err)
+	}
+	assertPermanent(t, deliver(s, newMessage(bytes.Repeat([]byte("a"), maxPayload*3/4+3)), 5*time.Second))
 }

@@ -113,7 +113,7 @@ func makeStream(t *testing.T, js jetstream.JetStream, edit func(*jetstream.Strea
 // newSink builds a sink and closes it when the test ends.
 func newSink(t *testing.T, cfg config.NATSSink) *natssink.Sink {
 	t.Helper()
-	s, err := natssink.New(&cfg, testutil.Logger(t))
+	s, err := natssink.New(&cfg, testutil.Logger(t), 0)
 	if err != nil {
 		t.Fatalf("new sink: %v", err)
 	}

@@ -53,14 +53,18 @@ type Sink struct {
 	log     *slog.Logger
 	denied  *natsclient.Denials
 	client  *natsclient.Client[*conn]
+	maxBody int64 // the largest body the edge accepts; 0: not checked
 }
 
 var _ sink.Sink = (*Sink)(nil)
 
 // New validates cfg, builds the sink and dials the server. It fails only
 // for a configuration it can never use (no URL or subject, conflicting or
-// unreadable credentials); a down server is not one of them.
-func New(cfg *config.NATSSink, log *slog.Logger) (*Sink, error) {
+// unreadable credentials); a down server is not one of them. maxBody is the
+// largest body the edge accepts (http.max_body_bytes): whenever the sink
+// connects it warns if the server's max_payload cannot carry such a body
+// (see MessageBytes); 0 skips the check.
+func New(cfg *config.NATSSink, log *slog.Logger, maxBody int64) (*Sink, error) {
 	if cfg == nil {
 		return nil, errors.New("nats sink: no config")
 	}
@@ -84,6 +88,7 @@ func New(cfg *config.NATSSink, log *slog.Logger) (*Sink, error) {
 		drop:    sink.NewHeaderFilter(cfg.DropHeaders),
 		log:     log.With("component", "sink", "sink_type", "nats", "subject", cfg.Subject),
 		denied:  natsclient.NewDenials(),
+		maxBody: maxBody,
 	}
 	if cfg.TimeoutMs > 0 {
 		s.timeout = time.Duration(cfg.TimeoutMs) * time.Millisecond
@@ -158,4 +163,43 @@ func (s *Sink) Close() error {
 func (s *Sink) current() *conn {
 	c, _ := s.client.Current()
 	return c
+}
+
+// envelopeAllowance is what MessageBytes adds to the base64 body for the
+// rest of a message: the JSON fields (about 400 bytes), the broker headers
+// and Nats-Msg-Id (about 300, up to 500 with a 200-byte dedupe key) and a
+// typical provider's request headers. A request with several KiB of headers
+// needs more; see docs/delivery.md.
+const envelopeAllowance = 2048
+
+// MessageBytes is how large the message for a body of n bytes gets, by the
+// arithmetic docs/delivery.md states: base64 turns every 3 bytes (or part)
+// into 4, then the envelope adds envelopeAllowance.
+func MessageBytes(n int64) int64 { return 4*((n+2)/3) + envelopeAllowance }
+
+// MaxBodyFor is the largest body whose message (MessageBytes) fits in a
+// server's max_payload: the inverse of MessageBytes, 0 if none fits.
+func MaxBodyFor(maxPayload int64) int64 {
+	room := maxPayload - envelopeAllowance
+	if room < 4 {
+		return 0
+	}
+	return room / 4 * 3
+}
+
+// checkMaxPayload warns when the server just reached cannot carry the
+// largest body the edge accepts: such a hook would be acked to the provider
+// and then dead-lettered by this sink (a permanent error). It is a warning,
+// not a refusal: most hooks are small, and max_payload is the server
+// operator's to raise.
+func (s *Sink) checkMaxPayload(nc *nats.Conn) {
+	if s.maxBody <= 0 {
+		return
+	}
+	mp := nc.MaxPayload()
+	if need := MessageBytes(s.maxBody); need > mp {
+		s.log.Warn("nats max_payload cannot carry the largest accepted body: larger hooks will be dead-lettered by this sink; raise max_payload on the server or lower http.max_body_bytes",
+			"max_payload", mp, "http_max_body_bytes", s.maxBody, "message_bytes_needed", need,
+			"largest_body_carried", MaxBodyFor(mp))
+	}
 }

@@ -208,7 +208,7 @@ func TestSink_CloseLeavesNoGoroutines(t *testing.T) {
 	st := createStream(t, js, nil)
 	baseline := runtime.NumGoroutine()
 
-	s, err := natssink.New(&config.NATSSink{URL: url, Subject: st.CachedInfo().Config.Subjects[0]}, testutil.Logger(t))
+	s, err := natssink.New(&config.NATSSink{URL: url, Subject: st.CachedInfo().Config.Subjects[0]}, testutil.Logger(t), 0)
 	if err != nil {
 		t.Fatalf("new sink: %v", err)
 	}
@@ -247,7 +247,7 @@ func TestNew_Config(t *testing.T) {
 		{"missing creds file", &config.NATSSink{URL: "nats://127.0.0.1:1", Subject: "a", CredsFile: "/nonexistent/user.creds"}, "creds_file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s, err := natssink.New(c.cfg, nil)
+			s, err := natssink.New(c.cfg, nil, 0)
 			if err == nil {
 				_ = s.Close()
 				t.Fatal("New accepted the config")
