@@ -128,8 +128,13 @@ type Intake interface {
 	Verify(ctx context.Context) error
 	// Describe is the log's part of the startup durability sentence.
 	Describe() string
-	// Earliest is the first position still held (retention), for the
-	// truncation check of boot recovery.
+	// Earliest is the first position still held (retention) where this
+	// node's records are, for the truncation check of boot recovery: a
+	// partition's log start (equal to its end when retention dropped
+	// everything), or, on a log shared by position (a JetStream stream),
+	// the position of this node's first record held, -1 when it holds none.
+	// Never another node's retention: that would refuse a node which lost
+	// nothing.
 	Earliest(ctx context.Context) (Position, error)
 	// Close releases the adapter's clients.
 	Close() error

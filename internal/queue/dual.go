@@ -380,9 +380,9 @@ func (d *dualState) wakeReconciler() {
 	}
 }
 
-// positioner is implemented by adapters whose log is shared by several
-// nodes (a JetStream stream): a batch's positions then have gaps, and only
-// the adapter knows each one.
+// positioner is implemented by adapters whose log may be shared by several
+// nodes (a JetStream stream; a Kafka partition two node ids hash to): a
+// batch's positions then have gaps, and only the adapter knows each one.
 type positioner interface {
 	PublishBatchPositions(ctx context.Context, recs []intake.Record) ([]intake.Position, error)
 }
@@ -394,8 +394,9 @@ func publish(ctx context.Context, in intake.Intake, recs []intake.Record) ([]int
 	if p, ok := in.(positioner); ok {
 		return p.PublishBatchPositions(ctx, recs)
 	}
-	// The adapter confirms one partition's batch at contiguous positions
-	// ending at the last one (Kafka, the memory log).
+	// An adapter without per-record positions confirms a batch at
+	// contiguous positions ending at the last one (the memory log: one file
+	// per node).
 	last, err := in.PublishBatch(ctx, recs)
 	if err != nil {
 		return nil, err

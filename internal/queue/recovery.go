@@ -101,15 +101,36 @@ func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, e
 	}
 	sum.From = from
 
+	next, err := storedNextSeq(st)
+	if err != nil {
+		return sum, err
+	}
+	origin := o.Origin
+	if origin == OriginExisting && !hasOffset && next == 1 {
+		// A store that never held a hook and never applied a record holds
+		// nothing of a gap: it is as fresh as a new one. This is also the
+		// boot after a fresh store was refused, which must be refused again.
+		origin = OriginFresh
+	}
+
 	earliest, err := o.Intake.Earliest(ctx)
 	if err != nil {
 		return sum, fmt.Errorf("earliest position: %w", err)
 	}
 	sum.Earliest = earliest
-	if hasOffset && earliest > from+1 {
-		sum.Gap = true
+	// I1 (ADR section 8 step 4): a store refuses a log that no longer
+	// reaches back to what it needs. A store with an offset needs offset+1
+	// on; a fresh one needs this node's first record.
+	if earliest > from+1 && (hasOffset || origin != OriginExisting) {
+		gap, err := truncated(ctx, o.Intake, earliest, hasOffset, next)
+		if err != nil {
+			return sum, err
+		}
+		sum.Gap = gap
+	}
+	if sum.Gap {
 		switch {
-		case o.Origin == OriginExisting:
+		case origin == OriginExisting:
 			// Every hook in the gap is in this store already.
 			log.Warn("intake log truncated past the store's offset; this store holds the gap locally", "offset", from, "earliest", earliest)
 		case !o.AllowGap:
@@ -126,10 +147,6 @@ func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, e
 		}
 	}
 
-	next, err := storedNextSeq(st)
-	if err != nil {
-		return sum, err
-	}
 	a := &applier{st: st, o: o, sum: &sum, next: next, log: log}
 	err = o.Intake.Replay(ctx, from, func(r intake.Record, pos intake.Position) error {
 		sum.Records++
@@ -154,6 +171,43 @@ func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, e
 	}
 	log.Info("intake recovery done", "summary", sum.String(), "from", from, "earliest", earliest)
 	return sum, nil
+}
+
+// errFirstFound stops truncated's one-record replay.
+var errFirstFound = errors.New("first retained record found")
+
+// truncated decides whether the positions below earliest that the store
+// needs held records of this node that are gone. Positions alone cannot
+// say: on a log shared by several nodes (a JetStream stream, a Kafka
+// partition two node ids hash to) other nodes' records sit between this
+// node's, and an idle node's last record ages out with no loss at all. The
+// node's seqs can: they rise with every hook, so when the first record of
+// this node still held carries a seq the store already reached (below
+// next, the store's next seq), nothing the store lacks was dropped before
+// it. A seq above next means records the store never held were dropped.
+//
+// When the log holds no record of this node at or after earliest, a
+// restored store (hasOffset) is refused: the positions it needs are gone
+// and nothing shows whose they were. A fresh store is not: its log for
+// this node is empty. (The JetStream adapter answers an Earliest of -1 for
+// a node with no record held, so this case is the partitioned logs'.)
+//
+// Not caught: a dropped record that a republish had ordered behind the
+// first held one (a carried record confirmed late). The reordering spans
+// at most the publishes in flight and the reconciler's retries.
+func truncated(ctx context.Context, in intake.Intake, earliest intake.Position, hasOffset bool, next uint64) (bool, error) {
+	var first *intake.Record
+	err := in.Replay(ctx, earliest-1, func(r intake.Record, _ intake.Position) error {
+		first = &r
+		return errFirstFound
+	})
+	if err != nil && !errors.Is(err, errFirstFound) {
+		return false, fmt.Errorf("read the first retained record: %w", err)
+	}
+	if first == nil {
+		return hasOffset, nil
+	}
+	return first.Seq > next, nil
 }
 
 type replayed struct {

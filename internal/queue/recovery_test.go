@@ -252,6 +252,56 @@ func TestRecovery_TruncatedLog(t *testing.T) {
 	}
 }
 
+// TestRecovery_TruncatedLogRefusesAFreshStore: ADR section 8 step 4, the
+// case of a replacement with no usable backup. A fresh store needs this
+// node's whole log; when retention has dropped its first records the store
+// is refused with intake_truncated (it would silently lack them), and
+// --allow-gap accepts the loss. A log that still holds the node's first
+// record (seq 1), or holds nothing of this node, is no gap.
+func TestRecovery_TruncatedLogRefusesAFreshStore(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		origin   queue.Origin
+		truncate intake.Position // -1: none
+		allowGap bool
+		wantErr  bool
+		wantGap  bool
+	}{
+		{"refuses a fresh store over a truncated log", queue.OriginFresh, 3, false, true, false},
+		{"refuses an empty store with no offset, as at the boot after a refusal", queue.OriginExisting, 3, false, true, false},
+		{"allow-gap recovers a fresh store", queue.OriginFresh, 3, true, false, true},
+		{"a fresh store over an untruncated log is no gap", queue.OriginFresh, -1, false, false, false},
+		{"a fresh store over a log holding none of this node's records is no gap", queue.OriginFresh, 5, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+			acked := ackIntoLog(t, lg, 6) // positions 0..5, seqs 1..6
+			if tc.truncate >= 0 {
+				if err := lg.Truncate(tc.truncate); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+			sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin, o.AllowGap = tc.origin, tc.allowGap })
+			if tc.wantErr {
+				if !errors.Is(err, queue.ErrIntakeTruncated) {
+					t.Fatalf("err = %v (summary %s), want intake_truncated", err, sum)
+				}
+				if n, _ := st.Count([]byte{store.PrefixHook}); n != 0 {
+					t.Fatalf("a refused recovery wrote %d hooks", n)
+				}
+				return
+			}
+			if err != nil || sum.Gap != tc.wantGap {
+				t.Fatalf("summary %s gap=%v, err %v; want gap=%v and no error", sum, sum.Gap, err, tc.wantGap)
+			}
+			if tc.truncate < 0 {
+				assertHooks(t, st, acked)
+			}
+		})
+	}
+}
+
 func TestRecovery_DryRunWritesNothing(t *testing.T) {
 	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
 	ackIntoLog(t, lg, 4)

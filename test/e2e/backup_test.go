@@ -218,3 +218,60 @@ func TestE2E_TruncatedLogRefusesARestoredStoreAtEveryBoot(t *testing.T) {
 		t.Fatalf("boot after --allow-gap: %v", err)
 	}
 }
+
+// TestE2E_TruncatedLogRefusesAFreshStoreAtEveryBoot: ADR section 8 step 4
+// for a replacement with no usable backup. Its store is fresh, the log for
+// its node id is not empty, and retention has dropped the node's first
+// records: boot refuses with intake_truncated, the next boot (the store is
+// no longer new on disk) refuses again, and ankusa recover --allow-gap
+// decides.
+func TestE2E_TruncatedLogRefusesAFreshStoreAtEveryBoot(t *testing.T) {
+	logDir := filepath.Join(t.TempDir(), "intake")
+	lg, err := memory.Open(memory.Options{Dir: logDir, Node: "node-a", Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// node-a's seqs 1..5 at positions 0..4; retention dropped 0..2.
+	for seq := uint64(1); seq <= 5; seq++ {
+		if _, err := lg.PublishBatch(context.Background(), []intake.Record{intaketest.NewRecord("node-a", seq)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lg.Truncate(2); err != nil {
+		t.Fatal(err)
+	}
+	_ = lg.Close()
+
+	dataDir := t.TempDir()
+	cfg := config.Default()
+	cfg.Node.Instance, cfg.Node.DataDir = "e2e", dataDir
+	cfg.HTTP.IP, cfg.HTTP.Port = "127.0.0.1", 0
+	cfg.Admin.IP, cfg.Admin.Port = "127.0.0.1", 0
+	chain(dualOn(logDir, dataDir), withBackups(t.TempDir()))(cfg) // an empty backup location
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	boot := func() error {
+		in, err := app.New(cfg, app.Options{Logger: testutil.Logger(t)})
+		if err != nil {
+			return err
+		}
+		err = in.Start()
+		if serr := in.Stop(context.Background()); err == nil {
+			err = serr
+		}
+		return err
+	}
+	for i := range 2 {
+		if err := boot(); err == nil || !strings.Contains(err.Error(), "intake_truncated") {
+			t.Fatalf("boot %d of the fresh store: %v, want intake_truncated", i+1, err)
+		}
+	}
+	sum, err := app.Recover(context.Background(), cfg, app.RecoverFlags{AllowGap: true}, testutil.Logger(t))
+	if err != nil || !sum.Gap || sum.Records != 2 {
+		t.Fatalf("recover --allow-gap: %s gap=%v %v, want the gap and the 2 records held read", sum, sum.Gap, err)
+	}
+	if err := boot(); err != nil {
+		t.Fatalf("boot after --allow-gap: %v", err)
+	}
+}

@@ -168,10 +168,17 @@ func (in *Intake) next(ctx context.Context, it natsjs.MessagesContext) (natsjs.M
 // (not direct) message-get request, which only the leader serves, so every
 // confirmed record is counted.
 func (in *Intake) lastSeq(ctx context.Context, c *conn) (uint64, error) {
-	op := fmt.Sprintf("last message of %q", in.subject)
-	req, err := json.Marshal(struct {
+	return in.subjectSeq(ctx, c, "last", struct {
 		LastFor string `json:"last_by_subj"`
 	}{in.subject})
+}
+
+// subjectSeq sends one plain (leader-served) message-get request and
+// returns the stream sequence of the message it finds, 0 when there is
+// none. which names the request in errors.
+func (in *Intake) subjectSeq(ctx context.Context, c *conn, which string, body any) (uint64, error) {
+	op := fmt.Sprintf("%s message of %q", which, in.subject)
+	req, err := json.Marshal(body)
 	if err != nil {
 		return 0, err
 	}
@@ -244,19 +251,25 @@ func decode(h nats.Header, data []byte) (rec intake.Record, known bool, err erro
 	return rec, true, nil
 }
 
-// Earliest returns the stream's first sequence: the first position still
-// held (retention), for the truncation check of boot recovery. It is a
-// lower bound for this node's records, which share the stream with other
-// nodes'. An empty stream answers its next sequence (0 if never written),
-// like a broker's log start offset.
+// Earliest returns the stream sequence of the first message still held on
+// this node's subject, for the truncation check of boot recovery. Not the
+// stream's first sequence: the stream is shared, and other nodes' records
+// aging out says nothing about this node's (an idle node's last record
+// ages out while a busy node's later ones stay, and that node lost
+// nothing). When the subject holds no message, -1: the stream holds nothing
+// this node could replay, and cannot say whether any of its records were
+// dropped. Asked of the stream leader, like lastSeq.
 func (in *Intake) Earliest(ctx context.Context) (intake.Position, error) {
 	c, err := in.current()
 	if err != nil {
 		return -1, err
 	}
-	_, info, err := in.streamInfo(ctx, c)
-	if err != nil {
+	seq, err := in.subjectSeq(ctx, c, "first", struct {
+		Seq  uint64 `json:"seq"`
+		Next string `json:"next_by_subj"`
+	}{1, in.subject})
+	if err != nil || seq == 0 {
 		return -1, err
 	}
-	return intake.Position(info.State.FirstSeq), nil
+	return intake.Position(seq), nil
 }

@@ -11,6 +11,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ankusa/ankusa/internal/intake/intaketest"
 	"github.com/ankusa/ankusa/internal/intake/jetstream"
 )
 
@@ -103,16 +104,24 @@ func TestIntake_Verify(t *testing.T) {
 			t.Errorf("Describe = %q, want %q", d, want)
 		}
 	})
-	t.Run("EarliestIsTheStreamsFirstSequence", func(t *testing.T) {
+	t.Run("EarliestIsTheNodesFirstRecord", func(t *testing.T) {
 		in := good.open(t, "earliest-node", nil)
+		other := good.open(t, "earliest-other", nil)
 		ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 		defer cancel()
+		if e, err := in.Earliest(ctx); err != nil || e != -1 {
+			t.Fatalf("Earliest of a node with no record = %d, %v; want -1", e, err)
+		}
+		mustPublish(t, other, intaketest.NewRecord("earliest-other", 1))
+		first := mustPublish(t, in, intaketest.NewRecord("earliest-node", 1))
+		mustPublish(t, in, intaketest.NewRecord("earliest-node", 2))
 		e, err := in.Earliest(ctx)
 		if err != nil {
 			t.Fatalf("Earliest: %v", err)
 		}
-		if first := good.c.StreamInfo(t, good.cfg.Name).State.FirstSeq; uint64(e) != first {
-			t.Errorf("Earliest = %d, stream's first sequence %d", e, first)
+		if e != first {
+			t.Errorf("Earliest = %d, the node's first record is at %d (the stream's first sequence is %d)",
+				e, first, good.c.StreamInfo(t, good.cfg.Name).State.FirstSeq)
 		}
 	})
 }

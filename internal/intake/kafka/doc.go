@@ -39,15 +39,17 @@
 // RequiredAcks all in-sync replicas, so a confirm means every in-sync
 // replica has every record and the in-sync set was at least the topic's
 // min.insync.replicas (which Verify requires to be at least 2). The
-// position is the offset of the batch's last record.
+// position is the offset of the batch's last record; PublishBatchPositions
+// returns every record's own offset, which the dual commit keeps.
 //
 // The records of one PublishBatch are enqueued under one lock, in order, so
 // concurrent PublishBatch calls of one Intake never interleave: with the
 // node as its partition's only writer (the usual case) a batch's offsets are
 // contiguous, last-len(recs)+1 .. last. If another node's hash lands on the
 // same partition, its records can fall between two produce requests of a
-// large batch; nothing relies on contiguity (Replay reports each record's
-// own offset), and order within the node is kept either way.
+// large batch; nothing relies on contiguity (PublishBatchPositions and
+// Replay report each record's own offset), and order within the node is
+// kept either way.
 //
 // One attempt per call: kgo.RecordRetries(0) makes the client fail a record
 // on the first error it gets instead of retrying inside the attempt, and ctx
