@@ -61,19 +61,51 @@ func (p *pendingSet) room(n int, size int64) bool {
 	return len(p.bySeq)+n <= p.maxRecs && p.bytes+size <= p.maxBytes
 }
 
-// hasDedupe reports whether an unconfirmed original holds dedupe key k.
-// An original stuck past the reconcile deadline no longer holds it (ADR
-// section 3, rule 3): the provider's retry is admitted as a new hook with
-// the same idempotency key — the one sanctioned second hook id, never an
-// acked loss — while the reconciler keeps completing the stuck one.
-func (p *pendingSet) hasDedupe(k string, now time.Time, deadline time.Duration) bool {
+// claim is what an unconfirmed original means for a retry of its dedupe key.
+type claim int
+
+const (
+	// claimNone: no unconfirmed original; the store's dedupe row decides.
+	claimNone claim = iota
+	// claimHeld: an original in flight or carried within the reconcile
+	// deadline holds the key: the retry is refused 503 intake_pending.
+	claimHeld
+	// claimReleased: the original is stuck past the deadline (ADR section 3):
+	// the retry is admitted as a new hook with the same idempotency key —
+	// the one sanctioned second hook id, never an acked loss — while the
+	// reconciler keeps completing the stuck one. Its local dedupe row must
+	// not answer the retry: that would be a 201 duplicate of a hook the log
+	// never confirmed.
+	claimReleased
+)
+
+// claimOf reports how the unconfirmed original indexed under dedupe key k
+// holds it.
+func (p *pendingSet) claimOf(k string, now time.Time, deadline time.Duration) claim {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e, ok := p.byDedupe[k]
-	if !ok {
-		return false
+	return p.claimLocked(p.byDedupe[k], now, deadline)
+}
+
+// claimOfSeq is claimOf for the hook a stored dedupe row names: the row of
+// an original that is still unconfirmed must not answer a retry either,
+// even when a later hook took over the key's index entry.
+func (p *pendingSet) claimOfSeq(seq uint64, now time.Time, deadline time.Duration) claim {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.claimLocked(p.bySeq[seq], now, deadline)
+}
+
+// REQUIRES: p.mu held.
+func (p *pendingSet) claimLocked(e *pendingEntry, now time.Time, deadline time.Duration) claim {
+	switch {
+	case e == nil:
+		return claimNone
+	case e.inflight || now.Sub(e.firstAt) <= deadline:
+		return claimHeld
+	default:
+		return claimReleased
 	}
-	return e.inflight || now.Sub(e.firstAt) <= deadline
 }
 
 func (p *pendingSet) add(es []*pendingEntry) {

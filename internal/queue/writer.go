@@ -237,21 +237,39 @@ func (w *writer) commit(items []*item) {
 				}
 				continue
 			}
-			// Under dual the pending set is consulted before the store rows:
-			// an unconfirmed original must never be answered 201 duplicate.
-			if dual && w.dual.pending.hasDedupe(string(uk), now, w.dual.opts.ReconcileDeadline) {
+			// Under dual the pending set is consulted before the store rows,
+			// and again for the hook a row names: a 201 duplicate is only
+			// ever sent for a hook confirmed in both places (ADR section 3).
+			held := claimNone
+			if dual {
+				held = w.dual.pending.claimOf(string(uk), now, w.dual.opts.ReconcileDeadline)
+			}
+			if held == claimHeld {
 				w.dual.obs.IntakeRefused("pending_dedupe")
 				w.b.answer(it, outcome{err: ErrIntakePending})
 				continue
 			}
-			v, err := w.st.Get(uk)
-			if err != nil {
-				w.b.answer(it, outcome{err: fmt.Errorf("%w: dedupe lookup: %v", ErrStoreUnavailable, err)})
-				continue
-			}
-			if v != nil {
-				e, err := store.DecodeDedupe(v)
-				if err == nil && e.ExpiresAtMs > nowMs {
+			if held == claimNone {
+				v, err := w.st.Get(uk)
+				if err != nil {
+					w.b.answer(it, outcome{err: fmt.Errorf("%w: dedupe lookup: %w", ErrStoreUnavailable, err)})
+					continue
+				}
+				var e *store.DedupeEntry
+				if v != nil {
+					if d, derr := store.DecodeDedupe(v); derr == nil && d.ExpiresAtMs > nowMs {
+						e = d
+					}
+				}
+				if e != nil && dual {
+					held = w.dual.pending.claimOfSeq(e.Seq, now, w.dual.opts.ReconcileDeadline)
+				}
+				if held == claimHeld {
+					w.dual.obs.IntakeRefused("pending_dedupe")
+					w.b.answer(it, outcome{err: ErrIntakePending})
+					continue
+				}
+				if e != nil && held == claimNone {
 					pr := pendingReply{it: it, res: Result{ID: e.ID, Seq: e.Seq, Duplicate: true}, need: e.Seq}
 					if dual {
 						dups = append(dups, pr)
@@ -261,6 +279,8 @@ func (w *writer) commit(items []*item) {
 					continue
 				}
 			}
+			// claimReleased, an expired row or none: a new hook; its dedupe
+			// row replaces the old one in this group's batch.
 		}
 		env := store.Envelope{
 			ID: it.id, ReceivedAt: r.ReceivedAt.UnixNano(),
