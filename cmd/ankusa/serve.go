@@ -27,6 +27,7 @@ func serve(args []string) int {
 	}
 	log := newLogger(cfg.Log)
 	slog.SetDefault(log)
+	raiseFDLimit(log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -57,12 +58,42 @@ func serve(args []string) int {
 		log.Error("store cannot be reopened after a write failure; exiting so the supervisor restarts the node", "err", err)
 		code = app.ExitStoreFatal
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// The drain is bounded by http.shutdown_timeout_ms; a drain that had
+	// to cut requests still in progress exits 1, so a supervisor (and an
+	// operator reading the exit status) knows some client got no answer.
+	drain := time.Duration(cfg.HTTP.ShutdownTimeoutMs) * time.Millisecond
+	sctx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
-	if err := in.Stop(sctx); err != nil && code == 0 {
-		log.Warn("stop", "err", err)
+	if err := in.Stop(sctx); err != nil {
+		log.Error("stop did not finish cleanly", "err", err)
+		if code == 0 {
+			code = 1
+		}
 	}
 	return code
+}
+
+// raiseFDLimit lifts the soft descriptor limit to the hard one: the
+// connection caps are sized from it (app.capConns), and a low soft limit
+// would otherwise cap a node far below what the host allows. Go's runtime
+// does the same at start on Linux; doing it here too logs it and does not
+// depend on that.
+func raiseFDLimit(log *slog.Logger) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		log.Warn("cannot read the descriptor limit", "err", err)
+		return
+	}
+	if rl.Cur >= rl.Max {
+		return
+	}
+	old := rl.Cur
+	rl.Cur = rl.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		log.Warn("cannot raise the descriptor limit", "soft", old, "hard", rl.Max, "err", err)
+		return
+	}
+	log.Info("raised the descriptor limit", "from", old, "to", rl.Max)
 }
 
 // configError prints one line naming every violated key and its rule, and

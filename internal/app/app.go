@@ -25,6 +25,7 @@ import (
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/listen"
 	"github.com/ankusa/ankusa/internal/metrics"
 	"github.com/ankusa/ankusa/internal/quarantine"
 	"github.com/ankusa/ankusa/internal/queue"
@@ -51,6 +52,10 @@ type Options struct {
 // tell "restart me" from "fix me" (EX_TEMPFAIL).
 const ExitStoreFatal = 75
 
+// ErrDrainIncomplete: Stop's drain hit its deadline with requests still in
+// progress; they were cut. The binary exits 1.
+var ErrDrainIncomplete = errors.New("shutdown drain did not finish")
+
 // Instance is one running node.
 type Instance struct {
 	cfg      *config.Config
@@ -76,8 +81,11 @@ type Instance struct {
 	limiter    *ratelimit.GCRA
 	sources    *edge.Registry
 
-	ingest, adminSrv  *http.Server
-	ingestLn, adminLn net.Listener
+	// The listeners' handlers and options are built by New; the servers
+	// exist once StartContext has bound the ports.
+	ingestOpts, adminOpts listen.Options
+	ingest, adminSrv      *listen.Server
+	ingestLn, adminLn     net.Listener
 }
 
 // New opens the store and builds every component; nothing listens yet.
@@ -275,12 +283,16 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		IntakeRetryAfterSecs: cfg.Intake.RetryAfterS,
 	})))
 	readTimeout := time.Duration(cfg.HTTP.ReadTimeoutMs) * time.Millisecond
-	in.ingest = &http.Server{
+	in.ingestOpts = listen.Options{
+		Name:              "ingest",
 		Handler:           ingestMux,
+		MaxConnsPerIP:     cfg.HTTP.MaxConnsPerIP,
 		ReadHeaderTimeout: readTimeout,
 		ReadTimeout:       readTimeout,
+		IdleTimeout:       time.Duration(cfg.HTTP.IdleTimeoutMs) * time.Millisecond,
 		MaxHeaderBytes:    cfg.HTTP.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		Logger:            o.Logger,
+		OnRefused:         in.metrics.IngestRefused,
 	}
 	if cfg.SourceStore.Type == config.SourceStorePersistent {
 		in.apiSources = apisources.New(apisources.Options{
@@ -297,10 +309,20 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		deps.Sources = in.apiSources
 	}
 	deps.RateLimits = overrides
-	in.adminSrv = &http.Server{
+	adminRead := time.Duration(cfg.Admin.ReadTimeoutMs) * time.Millisecond
+	in.adminOpts = listen.Options{
+		Name:              "admin",
 		Handler:           admin.New(deps),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: adminRead,
+		ReadTimeout:       adminRead,
+		IdleTimeout:       time.Duration(cfg.Admin.IdleTimeoutMs) * time.Millisecond,
+		Logger:            o.Logger,
+	}
+	if err := in.capConns(); err != nil {
+		in.closeIntake()
+		closeTargets(targets)
+		_ = st.Close()
+		return nil, err
 	}
 	return in, nil
 }
@@ -359,13 +381,12 @@ func (in *Instance) StartContext(ctx context.Context) error {
 		_ = in.ingestLn.Close()
 		return fmt.Errorf("listen admin: %w", err)
 	}
-	for _, s := range []struct {
-		srv *http.Server
-		ln  net.Listener
-	}{{in.ingest, in.ingestLn}, {in.adminSrv, in.adminLn}} {
+	in.ingest = listen.New(in.ingestLn, in.ingestOpts)
+	in.adminSrv = listen.New(in.adminLn, in.adminOpts)
+	for _, srv := range []*listen.Server{in.ingest, in.adminSrv} {
 		go func() {
-			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				in.log.Error("listener stopped", "addr", s.ln.Addr().String(), "err", err)
+			if err := srv.Serve(); err != nil {
+				in.log.Error("listener stopped", "addr", srv.Addr().String(), "err", err)
 			}
 		}()
 	}
@@ -433,11 +454,17 @@ func (in *Instance) Stop(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
+	// The ingest drain first: the admin port keeps answering /metrics and
+	// /ready while it runs.
 	if in.ingest != nil {
-		errs = append(errs, in.ingest.Shutdown(ctx))
+		if err := in.ingest.Drain(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrDrainIncomplete, err))
+		}
 	}
 	if in.adminSrv != nil {
-		errs = append(errs, in.adminSrv.Shutdown(ctx))
+		if err := in.adminSrv.Drain(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ErrDrainIncomplete, err))
+		}
 	}
 	// Dispatch stops first: its cancelled attempts stay inflight and return
 	// to due at the next start; then the queue syncs and answers its last

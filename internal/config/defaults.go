@@ -22,22 +22,33 @@ const (
 	defaultMaxBodyBytes   = 8_000_000
 	defaultMaxHeaderBytes = 65_536
 	defaultReadTimeoutMs  = 30_000
-	defaultAdminIP        = "127.0.0.1"
-	defaultAdminPort      = 4002
-	defaultLogLevel       = "info"
-	defaultLogFormat      = "text"
-	defaultPartitions     = 2
-	defaultMaxBatch       = 256
-	defaultMaxDelayMs     = 0
-	defaultMaxQueue       = 10_000
-	defaultMaxQueueBytes  = 256 << 20
-	defaultDeadlineMs     = 15_000
-	defaultWALType        = "disk"
-	defaultDedupeScope    = "node"
-	defaultSweepInterval  = 60_000
-	defaultSweepBatch     = 1_000
-	defaultVerifyType     = "none"
-	defaultDedupeTTL      = 259_200
+
+	defaultMaxInflightBodyBytes = 256 << 20
+	defaultMaxConns             = 10_000
+	defaultMaxConnsPerIP        = 0
+	defaultIdleTimeoutMs        = 60_000
+	defaultShutdownTimeoutMs    = 20_000
+	defaultAdminReadTimeoutMs   = 10_000
+	defaultAdminIdleTimeoutMs   = 60_000
+	defaultAdminMaxConns        = 256
+	defaultFDReserve            = 1_024
+
+	defaultAdminIP       = "127.0.0.1"
+	defaultAdminPort     = 4002
+	defaultLogLevel      = "info"
+	defaultLogFormat     = "text"
+	defaultPartitions    = 2
+	defaultMaxBatch      = 256
+	defaultMaxDelayMs    = 0
+	defaultMaxQueue      = 10_000
+	defaultMaxQueueBytes = 256 << 20
+	defaultDeadlineMs    = 15_000
+	defaultWALType       = "disk"
+	defaultDedupeScope   = "node"
+	defaultSweepInterval = 60_000
+	defaultSweepBatch    = 1_000
+	defaultVerifyType    = "none"
+	defaultDedupeTTL     = 259_200
 
 	// Verification (CONTRACTS "Verification"). The tolerance is the
 	// engine's own default, written out so /v1/config shows it.
@@ -132,9 +143,18 @@ func applyDefaults(c *Config, given func(key string) bool) {
 	def(given, "http.max_body_bytes", &h.MaxBodyBytes, defaultMaxBodyBytes)
 	def(given, "http.max_header_bytes", &h.MaxHeaderBytes, defaultMaxHeaderBytes)
 	def(given, "http.read_timeout_ms", &h.ReadTimeoutMs, defaultReadTimeoutMs)
+	def(given, "http.max_inflight_body_bytes", &h.MaxInflightBodyBytes, defaultMaxInflightBodyBytes)
+	def(given, "http.max_conns", &h.MaxConns, defaultMaxConns)
+	def(given, "http.max_conns_per_ip", &h.MaxConnsPerIP, defaultMaxConnsPerIP)
+	def(given, "http.idle_timeout_ms", &h.IdleTimeoutMs, defaultIdleTimeoutMs)
+	def(given, "http.shutdown_timeout_ms", &h.ShutdownTimeoutMs, defaultShutdownTimeoutMs)
+	def(given, "node.fd_reserve", &n.FDReserve, defaultFDReserve)
 
 	def(given, "admin.ip", &c.Admin.IP, defaultAdminIP)
 	def(given, "admin.port", &c.Admin.Port, defaultAdminPort)
+	def(given, "admin.read_timeout_ms", &c.Admin.ReadTimeoutMs, defaultAdminReadTimeoutMs)
+	def(given, "admin.idle_timeout_ms", &c.Admin.IdleTimeoutMs, defaultAdminIdleTimeoutMs)
+	def(given, "admin.max_conns", &c.Admin.MaxConns, defaultAdminMaxConns)
 
 	def(given, "log.level", &c.Log.Level, defaultLogLevel)
 	def(given, "log.format", &c.Log.Format, defaultLogFormat)

@@ -178,6 +178,10 @@ type NodeConfig struct {
 	DataDir string `yaml:"data_dir" json:"data_dir"`
 	// Roles this node plays. Default ["ingest", "dispatch"].
 	Roles []string `yaml:"roles" json:"roles"`
+	// FDReserve is how many file descriptors are kept for the store, sinks
+	// and logs: the connection caps never use them. Default 1_024,
+	// 64..1_000_000.
+	FDReserve int `yaml:"fd_reserve" json:"fd_reserve"`
 }
 
 // HTTPConfig is the ingest listener that providers talk to.
@@ -195,12 +199,38 @@ type HTTPConfig struct {
 	MaxHeaderBytes int `yaml:"max_header_bytes" json:"max_header_bytes"`
 	// ReadTimeoutMs bounds reading one request. Default 30_000, 100..600_000.
 	ReadTimeoutMs int `yaml:"read_timeout_ms" json:"read_timeout_ms"`
+	// MaxInflightBodyBytes bounds the bytes of request bodies being read or
+	// held by the edge, across all connections; past it a request is
+	// answered 503 overload before its body is read. Default 256 MiB,
+	// http.max_body_bytes..16 GiB.
+	MaxInflightBodyBytes int64 `yaml:"max_inflight_body_bytes" json:"max_inflight_body_bytes"`
+	// MaxConns caps the open ingest connections; the effective cap is also
+	// kept under the descriptor limit (node.fd_reserve). Default 10_000,
+	// 1..1_000_000.
+	MaxConns int `yaml:"max_conns" json:"max_conns"`
+	// MaxConnsPerIP caps one client IP's open ingest connections. Default 0
+	// (off), 0..1_000_000.
+	MaxConnsPerIP int `yaml:"max_conns_per_ip" json:"max_conns_per_ip"`
+	// IdleTimeoutMs closes a keep-alive connection idle that long (at once
+	// under connection pressure). Default 60_000, 1_000..3_600_000.
+	IdleTimeoutMs int `yaml:"idle_timeout_ms" json:"idle_timeout_ms"`
+	// ShutdownTimeoutMs bounds the drain on SIGTERM. Default 20_000,
+	// 100..600_000.
+	ShutdownTimeoutMs int `yaml:"shutdown_timeout_ms" json:"shutdown_timeout_ms"`
 }
 
 // AdminConfig is the operator API listener.
 type AdminConfig struct {
 	IP   string `yaml:"ip" json:"ip"`     // default "127.0.0.1"
 	Port int    `yaml:"port" json:"port"` // default 4002, 0..65535 (0 = pick a free port)
+	// ReadTimeoutMs bounds reading one request's headers and body. Default
+	// 10_000, 100..600_000.
+	ReadTimeoutMs int `yaml:"read_timeout_ms" json:"read_timeout_ms"`
+	// IdleTimeoutMs closes a keep-alive connection idle that long. Default
+	// 60_000, 1_000..3_600_000.
+	IdleTimeoutMs int `yaml:"idle_timeout_ms" json:"idle_timeout_ms"`
+	// MaxConns caps the open admin connections. Default 256, 1..100_000.
+	MaxConns int `yaml:"max_conns" json:"max_conns"`
 }
 
 // LogConfig controls log/slog output.

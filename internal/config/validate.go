@@ -81,10 +81,22 @@ func (c *Config) validateListeners(v *validator) {
 	intRange(v, "http.max_body_bytes", h.MaxBodyBytes, 1, 100_000_000)
 	intRange(v, "http.max_header_bytes", h.MaxHeaderBytes, 1_024, 1_048_576)
 	intRange(v, "http.read_timeout_ms", h.ReadTimeoutMs, 100, 600_000)
+	if v.ok("http.max_body_bytes") {
+		// One hook of the largest size must fit, or it is refused forever.
+		intRange(v, "http.max_inflight_body_bytes", h.MaxInflightBodyBytes, h.MaxBodyBytes, 16<<30)
+	}
+	intRange(v, "http.max_conns", h.MaxConns, 1, 1_000_000)
+	intRange(v, "http.max_conns_per_ip", h.MaxConnsPerIP, 0, 1_000_000)
+	intRange(v, "http.idle_timeout_ms", h.IdleTimeoutMs, 1_000, 3_600_000)
+	intRange(v, "http.shutdown_timeout_ms", h.ShutdownTimeoutMs, 100, 600_000)
+	intRange(v, "node.fd_reserve", c.Node.FDReserve, 64, 1_000_000)
 
 	a := c.Admin
 	adminIP := v.ip("admin.ip", a.IP)
 	intRange(v, "admin.port", a.Port, 0, 65535)
+	intRange(v, "admin.read_timeout_ms", a.ReadTimeoutMs, 100, 600_000)
+	intRange(v, "admin.idle_timeout_ms", a.IdleTimeoutMs, 1_000, 3_600_000)
+	intRange(v, "admin.max_conns", a.MaxConns, 1, 100_000)
 
 	// Port 0 asks the kernel for a free port, so two zeros never clash.
 	if v.ok("http.ip", "http.port", "admin.ip", "admin.port") &&

@@ -160,6 +160,10 @@ type Dispatcher struct {
 	// targetsMu guards o.Targets: API-managed sources add and remove sinks
 	// while workers read them.
 	targetsMu sync.RWMutex
+
+	// afterOutcome is a test seam: called on the loop goroutine after each
+	// outcome write reached the store (a crash is simulated there).
+	afterOutcome func()
 }
 
 func (d *Dispatcher) target(num uint16) (Target, bool) {
@@ -219,6 +223,9 @@ func (d *Dispatcher) Wake() {
 // loads replay jobs and runs the loop until Stop.
 func (d *Dispatcher) Start() error {
 	if err := d.recoverInflight(); err != nil {
+		return err
+	}
+	if err := d.sweepDelivered(); err != nil {
 		return err
 	}
 	if err := d.loadJobs(); err != nil {

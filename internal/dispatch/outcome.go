@@ -1,8 +1,11 @@
 package dispatch
 
 import (
+	"fmt"
 	"math"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/store"
@@ -45,8 +48,9 @@ func (p RetryPolicy) Delay(attempt int, jitter float64, retryAfter time.Duration
 	return d
 }
 
-// record writes the outcomes of finished attempts in one batch, then
-// reclaims the hooks whose every delivery is done.
+// record writes the outcomes of finished attempts and reclaims the hooks
+// whose every delivery is now done, in ONE batch: a crash between two
+// writes would leave a fully delivered hook that nothing ever removes.
 func (d *Dispatcher) record(rs []result) {
 	now := d.o.Now()
 	nowMs := now.UnixMilli()
@@ -58,6 +62,8 @@ func (d *Dispatcher) record(rs []result) {
 	}
 	outs := make([]outcome, 0, len(rs))
 	var delivered []uint64
+	// done: rows this batch marks delivered, not yet visible in the store.
+	done := map[rowRef]bool{}
 	dead := 0
 	for _, r := range rs {
 		c := r.c
@@ -78,6 +84,7 @@ func (d *Dispatcher) record(rs []result) {
 			dl.State, dl.NextAtMs, dl.LastError = store.StateDelivered, 0, ""
 			_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
 			delivered = append(delivered, c.seq)
+			done[rowRef{c.seq, c.num}] = true
 			outs = append(outs, outcome{dl.SinkID, "delivered", r.dur})
 			continue
 		}
@@ -113,28 +120,36 @@ func (d *Dispatcher) record(rs []result) {
 		outs = append(outs, outcome{dl.SinkID, "retry", r.dur})
 	}
 	d.inflightGauge.Store(int64(d.inflight))
+	hooks, rows := d.reclaim(b, delivered, done)
 	if err := d.st.Apply(b); err != nil {
 		// The rows stay inflight in the store; the next start returns them
 		// to due. Nothing is dropped, at worst delivered again.
 		d.log.Error("recording delivery outcomes failed", "rows", len(rs), "err", err)
 		return
 	}
+	if d.afterOutcome != nil {
+		d.afterOutcome()
+	}
 	d.deadGauge.Add(int64(dead))
 	for _, o := range outs {
 		d.o.Observer.Delivery(o.sinkID, o.result, o.dur)
 	}
-	if len(delivered) > 0 {
-		d.reclaim(delivered)
+	if hooks > 0 {
+		d.o.OnReclaim(hooks, rows)
 	}
 }
 
-// reclaim removes the hooks whose every delivery row is delivered: the
-// hook, its id index and its delivery rows. Dedupe rows stay until their
-// TTL so that a provider's late retry is still absorbed.
-func (d *Dispatcher) reclaim(seqs []uint64) {
-	b := d.st.NewBatch()
-	defer b.Close()
-	hooks, rows := 0, 0
+type rowRef struct {
+	seq uint64
+	num uint16
+}
+
+// reclaim adds to b the deletes of the hooks among seqs whose every
+// delivery row is delivered (in the store, or by b itself: done): the hook,
+// its id index and its delivery rows. Dedupe rows stay until their TTL so
+// that a provider's late retry is still absorbed. A hook it cannot read is
+// left for the boot sweep.
+func (d *Dispatcher) reclaim(b *pebble.Batch, seqs []uint64, done map[rowRef]bool) (hooks, rows int) {
 	seen := map[uint64]bool{}
 	for _, seq := range seqs {
 		if seen[seq] {
@@ -142,44 +157,101 @@ func (d *Dispatcher) reclaim(seqs []uint64) {
 		}
 		seen[seq] = true
 		var keys [][]byte
-		done := true
+		all := true
 		p := store.DeliveryPrefix(seq)
 		err := d.st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool {
+			if s, num, ok := store.ParseSeqSinkKey(k); ok && done[rowRef{s, num}] {
+				keys = append(keys, append([]byte(nil), k...))
+				return true
+			}
 			dl, err := store.DecodeDelivery(v)
 			if err != nil || dl.State != store.StateDelivered {
-				done = false
+				all = false
 				return false
 			}
 			keys = append(keys, append([]byte(nil), k...))
 			return true
 		})
-		if err != nil || !done {
+		if err != nil || !all || len(keys) == 0 {
 			continue
 		}
-		hv, err := d.st.Get(store.HookKey(seq))
-		if err != nil || hv == nil {
-			continue
+		if d.deleteHook(b, seq, keys) {
+			hooks++
+			rows += len(keys)
 		}
-		env, err := store.DecodeEnvelope(hv)
-		if err != nil {
-			continue
-		}
-		_ = b.Delete(store.HookKey(seq), nil)
-		_ = b.Delete(store.HookIDKey(env.ID), nil)
-		for _, k := range keys {
-			_ = b.Delete(k, nil)
-		}
-		hooks++
-		rows += len(keys)
 	}
+	return hooks, rows
+}
+
+// deleteHook adds to b the deletes of hook seq, its id index and its
+// delivery rows (keys); false when the hook cannot be read.
+func (d *Dispatcher) deleteHook(b *pebble.Batch, seq uint64, keys [][]byte) bool {
+	hv, err := d.st.Get(store.HookKey(seq))
+	if err != nil || hv == nil {
+		return false
+	}
+	env, err := store.DecodeEnvelope(hv)
+	if err != nil {
+		return false
+	}
+	_ = b.Delete(store.HookKey(seq), nil)
+	_ = b.Delete(store.HookIDKey(env.ID), nil)
+	for _, k := range keys {
+		_ = b.Delete(k, nil)
+	}
+	return true
+}
+
+// sweepDelivered removes, at boot, every hook whose delivery rows are all
+// delivered: an older build wrote the outcome and the reclaim in two
+// writes, and a crash between them left such hooks behind for good. One
+// pass over the delivery rows (ordered by seq), one synced write.
+func (d *Dispatcher) sweepDelivered() error {
+	b := d.st.NewBatch()
+	defer b.Close()
+	hooks, rows := 0, 0
+	var cur uint64
+	var keys [][]byte
+	all, have := true, false
+	flush := func() {
+		if have && all && len(keys) > 0 && d.deleteHook(b, cur, keys) {
+			hooks++
+			rows += len(keys)
+		}
+		keys, all, have = keys[:0], true, false
+	}
+	err := d.st.Scan([]byte{store.PrefixDelivery}, []byte{store.PrefixDelivery + 1}, func(k, v []byte) bool {
+		seq, _, ok := store.ParseSeqSinkKey(k)
+		if !ok {
+			return true
+		}
+		if !have || seq != cur {
+			flush()
+			cur, have = seq, true
+		}
+		dl, err := store.DecodeDelivery(v)
+		if err != nil || dl.State != store.StateDelivered {
+			all = false
+			return true
+		}
+		keys = append(keys, append([]byte(nil), k...))
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("sweep delivered hooks: %w", err)
+	}
+	flush()
 	if hooks == 0 {
-		return
+		return nil
 	}
-	if err := d.st.Apply(b); err != nil {
-		d.log.Warn("reclaim failed; retried when the hook's next delivery completes", "err", err)
-		return
+	if err := d.st.ApplySync(b); err != nil {
+		return fmt.Errorf("sweep %d delivered hooks: %w", hooks, err)
 	}
-	d.o.OnReclaim(hooks, rows)
+	d.log.Info("removed fully delivered hooks left by a crash", "hooks", hooks)
+	if d.o.OnReclaim != nil {
+		d.o.OnReclaim(hooks, rows)
+	}
+	return nil
 }
 
 func truncate(s string, n int) string {

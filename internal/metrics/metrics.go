@@ -51,7 +51,10 @@ const (
 	ReasonRateLimited      = "rate_limited"
 	ReasonQuarantineRate   = "quarantine_rate_limited"
 	ReasonQuarantineFull   = "quarantine_full"
-	ReasonOther            = "other"
+	// A connection refused at the ingest listener's cap (a canned 503).
+	ReasonMaxConns      = "max_conns"
+	ReasonMaxConnsPerIP = "max_conns_per_ip"
+	ReasonOther         = "other"
 )
 
 var outcomes = []string{OutcomeAccepted, OutcomeDuplicate, OutcomeRefused, OutcomeRejected, OutcomeQuarantined}
@@ -60,6 +63,7 @@ var reasons = []string{
 	ReasonOverload, ReasonStoreUnavailable, ReasonPayloadTooLarge, ReasonInvalidHeader,
 	ReasonBodyReadFailed, ReasonUnknownSource, ReasonClosed, ReasonIntakeUnavail, ReasonIntakePending,
 	ReasonVerifyFailed, ReasonRateLimited, ReasonQuarantineRate, ReasonQuarantineFull,
+	ReasonMaxConns, ReasonMaxConnsPerIP,
 }
 
 // Buckets, in seconds. An ingest spans a group commit and one fsync; an
