@@ -29,6 +29,8 @@ func run(args []string) int {
 		return recoverCmd(args)
 	case "backup":
 		return backupCmd(args)
+	case "loadgen":
+		return loadgenCmd(args)
 	case "version":
 		fmt.Println("ankusa", version)
 		return 0
@@ -51,6 +53,9 @@ commands:
             --config F [--node ID] [--from OFFSET|earliest|backup] [--dry-run] [--allow-gap]
   backup    now|list|verify --config F: back up a stopped node, list or verify the backups
   bench     closed-loop load: a null handler, then -mode disk,dual (-confirm-ms); bench e2e: ingest then delivery
+  loadgen   drive load: [--rate N | --concurrency N] --url U… --out acked.jsonl;
+            loadgen consume --listen ADDR --postgres URL (an HTTP sink target writing deliveries to Postgres);
+            loadgen verify --acked acked.jsonl --postgres URL (missing, extra_deliveries, duplicate_hooks, sha_mismatches)
   version   print the version
 `)
 }
