@@ -6,10 +6,17 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 )
 
-// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+// Build information, stamped at link time by `make build` (the Dockerfile
+// runs the same target): -ldflags "-X main.version=v1.2.3 -X main.commit=…".
+// They are the only package-level variables of the binary, written by the
+// linker and never at run time.
+var (
+	version = "dev"
+	commit  = "unknown"
+)
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -29,8 +36,10 @@ func run(args []string) int {
 		return recoverCmd(args)
 	case "backup":
 		return backupCmd(args)
+	case "config":
+		return configCmd(args)
 	case "version":
-		fmt.Println("ankusa", version)
+		fmt.Printf("ankusa %s (commit %s, %s)\n", version, commit, runtime.Version())
 		return 0
 	case "help":
 		usage()
@@ -51,6 +60,7 @@ commands:
             --config F [--node ID] [--from OFFSET|earliest|backup] [--dry-run] [--allow-gap]
   backup    now|list|verify --config F: back up a stopped node, list or verify the backups
   bench     closed-loop load: a null handler, then -mode disk,dual (-confirm-ms); bench e2e: ingest then delivery
-  version   print the version
+  config    check --config F: validate F as serve would, print the effective config (secrets redacted); exit 0 valid, 78 invalid
+  version   print the version, the commit and the Go version
 `)
 }

@@ -9,10 +9,10 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/ops"
 )
 
 func serve(args []string) int {
@@ -34,6 +34,7 @@ func serve(args []string) int {
 	in, err := app.New(cfg, app.Options{
 		Logger:  log,
 		Version: version,
+		Commit:  commit,
 		OnFatal: func(err error) {
 			select {
 			case fatal <- err:
@@ -50,6 +51,12 @@ func serve(args []string) int {
 		_ = in.Stop(context.Background())
 		return 1
 	}
+	// StartContext returns once the node serves (boot recovery done), which
+	// is what Type=notify's READY=1 means to systemd.
+	notify := ops.NewNotifier(nil)
+	if err := notify.Notify(ops.StateReady, "STATUS=serving"); err != nil {
+		log.Warn("systemd notify", "err", err)
+	}
 	code := 0
 	select {
 	case <-ctx.Done():
@@ -57,7 +64,10 @@ func serve(args []string) int {
 		log.Error("store cannot be reopened after a write failure; exiting so the supervisor restarts the node", "err", err)
 		code = app.ExitStoreFatal
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	if err := notify.Notify(ops.StateStopping, "STATUS=draining"); err != nil {
+		log.Warn("systemd notify", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), ops.DrainTimeout)
 	defer cancel()
 	if err := in.Stop(sctx); err != nil && code == 0 {
 		log.Warn("stop", "err", err)
