@@ -6,10 +6,17 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 )
 
-// version is stamped at build time: -ldflags "-X main.version=v1.2.3".
-var version = "dev"
+// Build information, stamped at link time by `make build` (the Dockerfile
+// runs the same target): -ldflags "-X main.version=v1.2.3 -X main.commit=…".
+// They are the only package-level variables of the binary, written by the
+// linker and never at run time.
+var (
+	version = "dev"
+	commit  = "unknown"
+)
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -31,8 +38,10 @@ func run(args []string) int {
 		return backupCmd(args)
 	case "loadgen":
 		return loadgenCmd(args)
+	case "config":
+		return configCmd(args)
 	case "version":
-		fmt.Println("ankusa", version)
+		fmt.Printf("ankusa %s (commit %s, %s)\n", version, commit, runtime.Version())
 		return 0
 	case "help":
 		usage()
@@ -56,6 +65,7 @@ commands:
   loadgen   drive load: [--rate N | --concurrency N] --url U… --out acked.jsonl;
             loadgen consume --listen ADDR --postgres URL (an HTTP sink target writing deliveries to Postgres);
             loadgen verify --acked acked.jsonl --postgres URL (missing, extra_deliveries, duplicate_hooks, sha_mismatches)
-  version   print the version
+  config    check --config F: validate F as serve would, print the effective config (secrets redacted); exit 0 valid, 78 invalid
+  version   print the version, the commit and the Go version
 `)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/ops"
 )
 
 func serve(args []string) int {
@@ -35,6 +36,7 @@ func serve(args []string) int {
 	in, err := app.New(cfg, app.Options{
 		Logger:  log,
 		Version: version,
+		Commit:  commit,
 		OnFatal: func(err error) {
 			select {
 			case fatal <- err:
@@ -51,12 +53,21 @@ func serve(args []string) int {
 		_ = in.Stop(context.Background())
 		return 1
 	}
+	// StartContext returns once the node serves (boot recovery done), which
+	// is what Type=notify's READY=1 means to systemd.
+	notify := ops.NewNotifier(nil)
+	if err := notify.Notify(ops.StateReady, "STATUS=serving"); err != nil {
+		log.Warn("systemd notify", "err", err)
+	}
 	code := 0
 	select {
 	case <-ctx.Done():
 	case err := <-fatal:
 		log.Error("store cannot be reopened after a write failure; exiting so the supervisor restarts the node", "err", err)
 		code = app.ExitStoreFatal
+	}
+	if err := notify.Notify(ops.StateStopping, "STATUS=draining"); err != nil {
+		log.Warn("systemd notify", "err", err)
 	}
 	// The drain is bounded by http.shutdown_timeout_ms; a drain that had
 	// to cut requests still in progress exits 1, so a supervisor (and an

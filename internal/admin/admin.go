@@ -44,6 +44,7 @@ type Deps struct {
 	RateLimits *ratelimit.Overrides
 	Registry   *prometheus.Registry
 	Version    string
+	Commit     string // the build's VCS revision (-ldflags), shown by /health
 	Logger     *slog.Logger
 	Now        func() time.Time // nil = time.Now
 	// Readiness, when set, is the check New serves /ready with. Pass the

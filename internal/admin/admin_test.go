@@ -15,6 +15,7 @@ func TestAdmin_Health(t *testing.T) {
 	wantField(t, r.body, "status", "ok")
 	wantField(t, r.body, "instance", testInstance)
 	wantField(t, r.body, "version", testVersion)
+	wantField(t, r.body, "commit", testCommit)
 	roles, _ := field(t, r.body, "roles").([]any)
 	if len(roles) != 2 || roles[0] != "ingest" || roles[1] != "dispatch" {
 		t.Errorf("roles = %v, want [ingest dispatch]", roles)

@@ -219,6 +219,7 @@ func routeHealth(mux *http.ServeMux, d Deps, rd *Readiness) {
 		"status":   "ok",
 		"instance": d.Config.Node.Instance,
 		"version":  d.Version,
+		"commit":   d.Commit,
 		"roles":    roles,
 	}
 	// Liveness: the process answers. It says nothing about the store, so

@@ -24,6 +24,7 @@ import (
 const (
 	testInstance = "node-a"
 	testVersion  = "1.2.3-test"
+	testCommit   = "0123abcd"
 	testSecret   = "whsec_do_not_show_me"
 )
 
@@ -67,7 +68,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	m.WatchQueue(e.q.Stats, e.st.DiskBytes)
 	e.deps = admin.Deps{
 		Config: e.cfg, Store: e.st, Queue: e.q, Registry: e.reg,
-		Version: testVersion, Logger: testutil.Logger(t), Now: e.now,
+		Version: testVersion, Commit: testCommit, Logger: testutil.Logger(t), Now: e.now,
 	}
 	e.h = admin.New(e.deps)
 	return e

@@ -43,8 +43,10 @@ type Options struct {
 	// OnFatal is called when the store cannot be reopened after a failure;
 	// the binary exits with ExitStoreFatal. Nil only logs.
 	OnFatal func(error)
-	// Version is shown by /health and the startup log.
+	// Version and Commit (the build's, stamped by -ldflags) are shown by
+	// /health and the startup log.
 	Version string
+	Commit  string
 }
 
 // ExitStoreFatal is the exit status when the store cannot be reopened after
@@ -95,6 +97,9 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	}
 	if o.Version == "" {
 		o.Version = "dev"
+	}
+	if o.Commit == "" {
+		o.Commit = "unknown"
 	}
 	in := &Instance{cfg: cfg, log: o.Logger, version: o.Version, opts: o}
 	in.reg = prometheus.NewRegistry()
@@ -246,7 +251,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	in.metrics.WatchDispatch(disp.Gauges)
 	in.metrics.WatchQueue(q.Stats, st.DiskBytes)
 
-	deps := admin.Deps{Recovering: in.recovering.Load, Config: cfg, Store: st, Queue: q, Dispatch: disp, Quarantine: pen, Registry: in.reg, Version: o.Version, Logger: o.Logger}
+	deps := admin.Deps{Recovering: in.recovering.Load, Config: cfg, Store: st, Queue: q, Dispatch: disp, Quarantine: pen, Registry: in.reg, Version: o.Version, Commit: o.Commit, Logger: o.Logger}
 	ready := admin.NewReadiness(deps)
 	deps.Readiness = ready // one probe cache for both ports
 	ingestMux := http.NewServeMux()
@@ -417,7 +422,7 @@ func (in *Instance) StartContext(ctx context.Context) error {
 	}
 	in.recovering.Store(false)
 	in.log.Info(in.DurabilityLine())
-	in.log.Info("ankusa serving", "instance", in.cfg.Node.Instance, "version", in.version,
+	in.log.Info("ankusa serving", "instance", in.cfg.Node.Instance, "version", in.version, "commit", in.opts.Commit,
 		"ingest", in.ingestLn.Addr().String(), "admin", in.adminLn.Addr().String(), "store_id", in.store.ID())
 	return nil
 }
