@@ -135,6 +135,9 @@ func applyDefaults(c *Config, given func(key string) bool) {
 
 	def(given, "admin.ip", &c.Admin.IP, defaultAdminIP)
 	def(given, "admin.port", &c.Admin.Port, defaultAdminPort)
+	if !given("admin.open") {
+		c.Admin.Open = AdminOpenRoutes()
+	}
 
 	def(given, "log.level", &c.Log.Level, defaultLogLevel)
 	def(given, "log.format", &c.Log.Format, defaultLogFormat)

@@ -85,6 +85,7 @@ func (c *Config) validateListeners(v *validator) {
 	a := c.Admin
 	adminIP := v.ip("admin.ip", a.IP)
 	intRange(v, "admin.port", a.Port, 0, 65535)
+	c.validateAdminAccess(v, adminIP)
 
 	// Port 0 asks the kernel for a free port, so two zeros never clash.
 	if v.ok("http.ip", "http.port", "admin.ip", "admin.port") &&
