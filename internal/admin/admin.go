@@ -4,6 +4,10 @@
 // HealthHandler, so a load balancer and an operator see one answer.
 //
 // Every answer is JSON, errors included: {"error":"<code>"}.
+//
+// With admin.tokens set, every route but those in admin.open needs a bearer
+// token whose role covers it (auth.go, routeRoles), and every mutating call
+// is written to the store's audit trail before it runs (GET /v1/audit).
 package admin
 
 import (
@@ -88,6 +92,7 @@ func New(d Deps) http.Handler {
 	mux.HandleFunc("GET /v1/wal", a.wal)
 	mux.HandleFunc("GET /v1/config", a.config)
 	mux.HandleFunc("GET /v1/hooks/{id}", a.hook)
+	mux.HandleFunc("GET /v1/audit", a.audit)
 	if d.Dispatch != nil {
 		routeDispatch(mux, a)
 	}
@@ -98,7 +103,7 @@ func New(d Deps) http.Handler {
 	if d.Sources != nil {
 		SourceRoutes(mux, d.Sources, d.Logger)
 	}
-	return jsonErrors(mux)
+	return newAccess(a).wrap(mux, jsonErrors(mux))
 }
 
 type api struct {

@@ -7,3 +7,13 @@ import "time"
 func WrapProbeWrite(r *Readiness, wrap func(write func(now time.Time) error) func(now time.Time) error) {
 	r.probeWrite = wrap(r.probeWrite)
 }
+
+// RouteRole is the role a route pattern needs ("read" or "operate"), and
+// whether the table names it.
+func RouteRole(pattern string) (string, bool) {
+	r, ok := routeRoles()[pattern]
+	if r == roleOperate {
+		return "operate", ok
+	}
+	return "read", ok
+}

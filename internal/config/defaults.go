@@ -155,6 +155,9 @@ func applyDefaults(c *Config, given func(key string) bool) {
 	def(given, "admin.read_timeout_ms", &c.Admin.ReadTimeoutMs, defaultAdminReadTimeoutMs)
 	def(given, "admin.idle_timeout_ms", &c.Admin.IdleTimeoutMs, defaultAdminIdleTimeoutMs)
 	def(given, "admin.max_conns", &c.Admin.MaxConns, defaultAdminMaxConns)
+	if !given("admin.open") {
+		c.Admin.Open = AdminOpenRoutes()
+	}
 
 	def(given, "log.level", &c.Log.Level, defaultLogLevel)
 	def(given, "log.format", &c.Log.Format, defaultLogFormat)

@@ -150,7 +150,7 @@ sources:
       - type: log
 `, noEnv)
 	want := config.Default()
-	if !reflect.DeepEqual(c.Node, want.Node) || c.HTTP != want.HTTP || c.Admin != want.Admin ||
+	if !reflect.DeepEqual(c.Node, want.Node) || c.HTTP != want.HTTP || !reflect.DeepEqual(c.Admin, want.Admin) ||
 		c.Log != want.Log || c.Batcher != want.Batcher || c.WAL != want.WAL || c.Dedupe != want.Dedupe ||
 		c.Dispatch != want.Dispatch || c.Retry != want.Retry {
 		t.Fatalf("defaults differ:\n got %+v\nwant %+v", c, want)

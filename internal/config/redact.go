@@ -38,6 +38,11 @@ func shownInClear() []string {
 		"http.routing",
 		"http.prefix",
 		"admin.ip",
+		"admin.open[]",
+		// Names and roles of the operator tokens; token and token_sha256
+		// are not listed, so they are hidden.
+		"admin.tokens[].name",
+		"admin.tokens[].role",
 		"log.level",
 		"log.format",
 		"wal.type",

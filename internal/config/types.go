@@ -231,7 +231,37 @@ type AdminConfig struct {
 	IdleTimeoutMs int `yaml:"idle_timeout_ms" json:"idle_timeout_ms"`
 	// MaxConns caps the open admin connections. Default 256, 1..100_000.
 	MaxConns int `yaml:"max_conns" json:"max_conns"`
+	// Tokens are the bearer tokens of the operator API. Empty: the API is
+	// open, which is allowed only on a loopback admin.ip.
+	Tokens []AdminToken `yaml:"tokens" json:"tokens"`
+	// Open lists the routes served without a token, for probes and
+	// scrapers: a subset of health, ready, metrics. Default all three.
+	Open []string `yaml:"open" json:"open"`
 }
+
+// AdminToken is one operator credential. Exactly one of Token and
+// TokenSHA256 is set.
+type AdminToken struct {
+	// Name identifies the holder in the audit trail; [A-Za-z0-9_.@-]{1,64}, unique.
+	Name string `yaml:"name" json:"name"`
+	// Token is the secret itself (give it as ${VAR}); at least 16 bytes.
+	Token string `yaml:"token" json:"token"`
+	// TokenSHA256 is the hex SHA-256 of the token, so the file need not
+	// hold the secret.
+	TokenSHA256 string `yaml:"token_sha256" json:"token_sha256"`
+	// Role is read or operate (AdminRoleRead, AdminRoleOperate).
+	Role string `yaml:"role" json:"role"`
+}
+
+// Operator API roles: read sees state, operate may also change it and
+// read hook bodies.
+const (
+	AdminRoleRead    = "read"
+	AdminRoleOperate = "operate"
+)
+
+// AdminOpenRoutes returns the names admin.open may list (and its default).
+func AdminOpenRoutes() []string { return []string{"health", "ready", "metrics"} }
 
 // LogConfig controls log/slog output.
 type LogConfig struct {

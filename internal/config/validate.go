@@ -97,6 +97,7 @@ func (c *Config) validateListeners(v *validator) {
 	intRange(v, "admin.read_timeout_ms", a.ReadTimeoutMs, 100, 600_000)
 	intRange(v, "admin.idle_timeout_ms", a.IdleTimeoutMs, 1_000, 3_600_000)
 	intRange(v, "admin.max_conns", a.MaxConns, 1, 100_000)
+	c.validateAdminAccess(v, adminIP)
 
 	// Port 0 asks the kernel for a free port, so two zeros never clash.
 	if v.ok("http.ip", "http.port", "admin.ip", "admin.port") &&

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -139,7 +138,7 @@ func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, e
 			log.Error("recovering over a gap in the intake log: hooks in it are lost", "wanted", from+1, "earliest", earliest, "lost_positions", earliest-from-1)
 			if !o.DryRun {
 				if err := audit(st, o.Now(), "intake.recover.allow_gap", map[string]any{
-					"node": o.Node, "wanted": from + 1, "earliest": earliest, "lost_positions": earliest - from - 1, "actor": "ankusa recover",
+					"node": o.Node, "wanted": from + 1, "earliest": earliest, "lost_positions": earliest - from - 1,
 				}); err != nil {
 					return sum, err
 				}
@@ -418,17 +417,9 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 	return st.ApplySync(b)
 }
 
-// audit writes one operator-action row (a synced write): an accepted gap
-// is a decision someone must be able to find later.
+// audit writes one operator-action row (a synced write) into the store's
+// audit trail (GET /v1/audit): an accepted gap is a decision someone must
+// be able to find later.
 func audit(st *store.Store, at time.Time, action string, detail map[string]any) error {
-	v, _ := json.Marshal(map[string]any{"action": action, "at": at.UTC().Format(time.RFC3339Nano), "detail": detail})
-	k := append([]byte{store.PrefixAudit}, store.U64(uint64(at.UnixNano()))...)
-	k = append(k, action...)
-	b := st.NewBatch()
-	defer b.Close()
-	_ = b.Set(k, v, nil)
-	if err := st.ApplySync(b); err != nil {
-		return fmt.Errorf("write audit row %s: %w", action, err)
-	}
-	return nil
+	return st.AppendAudit(&store.AuditEntry{At: at, Actor: "ankusa recover", Action: action, Detail: detail})
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -334,12 +333,13 @@ func TestRecovery_AllowGapWritesAnAuditRow(t *testing.T) {
 	if _, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.AllowGap = true }); err != nil {
 		t.Fatal(err)
 	}
-	var rows []string
-	_ = st.Scan([]byte{store.PrefixAudit}, []byte{store.PrefixAudit + 1}, func(_, v []byte) bool {
-		rows = append(rows, string(v))
-		return true
-	})
-	if len(rows) != 1 || !strings.Contains(rows[0], "intake.recover.allow_gap") || !strings.Contains(rows[0], `"lost_positions":2`) {
-		t.Fatalf("audit rows = %v, want one allow_gap row naming 2 lost positions", rows)
+	page, err := st.Audit("", time.Time{}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := page.Entries
+	if len(rows) != 1 || rows[0].Action != "intake.recover.allow_gap" || rows[0].Actor != "ankusa recover" ||
+		fmt.Sprint(rows[0].Detail["lost_positions"]) != "2" {
+		t.Fatalf("audit rows = %+v, want one allow_gap row by ankusa recover naming 2 lost positions", rows)
 	}
 }

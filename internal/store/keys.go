@@ -188,5 +188,23 @@ func ParseSeqSinkKey(k []byte) (seq uint64, sink uint16, ok bool) {
 	return binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint16(k[9:11]), true
 }
 
+// AuditKey is a + at + action: one operator action (audit.go). at is
+// unique per store (AppendAudit makes it so), so the action only names the
+// row for a reader of raw keys.
+func AuditKey(atNs int64, action string) []byte {
+	k := make([]byte, 9, 9+len(action))
+	k[0] = PrefixAudit
+	binary.BigEndian.PutUint64(k[1:], uint64(atNs))
+	return append(k, action...)
+}
+
+// ParseAuditKey splits an audit key into its time and action.
+func ParseAuditKey(k []byte) (atNs int64, action string, ok bool) {
+	if len(k) < 9 || k[0] != PrefixAudit {
+		return 0, "", false
+	}
+	return int64(binary.BigEndian.Uint64(k[1:9])), string(k[9:]), true
+}
+
 // JobKey is j + id: a replay job's JSON.
 func JobKey(id string) []byte { return append([]byte{PrefixJob}, id...) }

@@ -55,6 +55,11 @@ type Store struct {
 	fatal  *fatalLogger // of the current db
 	closed bool
 
+	// auditMu serialises AppendAudit; lastAuditNs is the time of the
+	// newest audit row this process wrote (0: none yet).
+	auditMu     sync.Mutex
+	lastAuditNs int64
+
 	id      string // m:store_id, minted at first open
 	created bool   // this Open created the store
 }
@@ -423,4 +428,34 @@ func (s *Store) LastKey(lower, upper []byte) ([]byte, error) {
 		return nil, fmt.Errorf("last key: %w", err)
 	}
 	return k, it.Close()
+}
+
+// ScanReverse calls fn for every key in [lower, upper) from the largest
+// down until fn returns false. Keys and values are only valid during the
+// call. Listings that show the newest first use it.
+func (s *Store) ScanReverse(lower, upper []byte, fn func(k, v []byte) bool) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil {
+		return ErrClosed
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return fmt.Errorf("scan: %w", err)
+	}
+	for it.Last(); it.Valid(); it.Prev() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("scan value: %w", err)
+		}
+		if !fn(it.Key(), v) {
+			break
+		}
+	}
+	if err := it.Error(); err != nil {
+		_ = it.Close()
+		return fmt.Errorf("scan: %w", err)
+	}
+	return it.Close()
 }

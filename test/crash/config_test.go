@@ -68,6 +68,11 @@ func TestServe_BadConfigExits78(t *testing.T) {
 			wantKeys: []string{"ankusa.yml", "no such file"},
 		},
 		{
+			name:     "operator API off loopback without tokens",
+			yaml:     "admin: {ip: 0.0.0.0, port: 0}\n" + validSources,
+			wantKeys: []string{"admin.ip", "admin.tokens"},
+		},
+		{
 			name:     "several problems, one line",
 			yaml:     "http: {ip: 127.0.0.1, port: 70000}\nadmin: {ip: 127.0.0.1, port: -1}\nlog: {level: loud}\n" + validSources,
 			wantKeys: []string{"http.port", "admin.port", "log.level"},

@@ -1,0 +1,57 @@
+package config
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+)
+
+var tokenNameRE = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
+
+// minTokenBytes is the shortest admin token accepted: 16 random bytes are
+// beyond guessing, a short word is not.
+const minTokenBytes = 16
+
+// validateAdminAccess checks admin.tokens and admin.open, and the rule
+// that an operator API reachable from other hosts has tokens. adminIP is
+// admin.ip as validateListeners parsed it. Rules never quote a token.
+func (c *Config) validateAdminAccess(v *validator, adminIP netip.Addr) {
+	a := c.Admin
+	names := map[string]bool{}
+	for i, t := range a.Tokens {
+		p := fmt.Sprintf("admin.tokens[%d]", i)
+		switch {
+		case !tokenNameRE.MatchString(t.Name):
+			v.add(p+".name", "must match [A-Za-z0-9_.@-]{1,64}, got %q", t.Name)
+		case names[t.Name]:
+			v.add(p+".name", "duplicate token name %q", t.Name)
+		}
+		names[t.Name] = true
+		switch {
+		case t.Token == "" && t.TokenSHA256 == "":
+			v.add(p, "must set token or token_sha256")
+		case t.Token != "" && t.TokenSHA256 != "":
+			v.add(p, "must set only one of token and token_sha256")
+		case t.Token != "" && len(t.Token) < minTokenBytes:
+			v.add(p+".token", "must be at least %d bytes, got %d", minTokenBytes, len(t.Token))
+		case t.TokenSHA256 != "":
+			if b, err := hex.DecodeString(t.TokenSHA256); err != nil || len(b) != 32 {
+				v.add(p+".token_sha256", "must be 64 hex digits (the SHA-256 of the token)")
+			}
+		}
+		v.oneOf(p+".role", t.Role, []string{AdminRoleRead, AdminRoleOperate}, nil, "")
+	}
+	for i, o := range a.Open {
+		key := fmt.Sprintf("admin.open[%d]", i)
+		if v.oneOf(key, o, AdminOpenRoutes(), nil, "") && slices.Index(a.Open, o) < i {
+			v.add(key, "duplicate route %q", o)
+		}
+	}
+	// An open operator API can read every body and purge the quarantine
+	// pen: only processes on this host may reach one.
+	if len(a.Tokens) == 0 && v.ok("admin.ip") && !adminIP.Unmap().IsLoopback() {
+		v.add("admin.ip", "is %s, not a loopback address: set admin.tokens (at least one token) or bind admin.ip to 127.0.0.1 / ::1", a.IP)
+	}
+}
