@@ -75,3 +75,135 @@ func TestDual_RetryPastTheReconcileDeadlineIsAdmittedAsANewHook(t *testing.T) {
 	}
 	e.foldMatches(t)
 }
+
+// openGate makes the breaker open (one failed publish with
+// BreakerFailures 1), unless a failed publish already opened it.
+func openGate(t *testing.T, e *dualEnv) {
+	t.Helper()
+	if e.dual(t).GateOpen {
+		return
+	}
+	e.log.FailNext(1, intake.Unavailable)
+	if s := answer(t, submitAsync(e.q, rec("opens the gate", ""))); !errors.Is(s.err, queue.ErrIntakeUnavailable) {
+		t.Fatalf("failing publish: %+v %v, want intake_unavailable", s.res, s.err)
+	}
+	if !e.dual(t).GateOpen {
+		t.Fatal("gate closed after breaker_failures failed publishes")
+	}
+}
+
+// ADR ack-path case "breaker opens after breaker_failures, half-opens one
+// batch, closes on confirm and a down intake never degrades to disk-only",
+// with the clock under the test's control: several requests while open get
+// zero 201 and consume no seq; a probe that fails reopens the gate for
+// another probe_ms; a probe that is confirmed closes it; and (defect B) a
+// probe group that writes nothing — every record a duplicate, refused as
+// pending, too large — releases the probe so the next real group probes.
+// Before the fix such a probe left the gate half-open for ever: every later
+// hook was refused with 503.
+func TestDual_BreakerOpensHalfOpensOneBatchAndClosesOnConfirm(t *testing.T) {
+	const probe = time.Second
+	newEnv := func(t *testing.T) (*dualEnv, *rcClock) {
+		clock := newRCClock()
+		e, _ := newRCDual(t, queue.Options{Now: clock.now}, func(d *queue.DualOptions) {
+			// No background reconciler: a confirmed republish also closes
+			// the gate, and these cases are about the commit path's probe.
+			d.ReconcileEvery = -1
+			d.BreakerFailures = 1
+			d.Probe = probe
+			d.MaxRecordBytes = 1024
+		})
+		return e, clock
+	}
+
+	t.Run("open refuses, failed probe reopens, confirmed probe closes", func(t *testing.T) {
+		e, clock := newEnv(t)
+		openGate(t, e)
+		next, published := e.q.Stats().NextSeq, e.log.Published()
+		for i := range 5 {
+			clock.advance(probe / 10)
+			if s := answer(t, submitAsync(e.q, rec("while open", ""))); !errors.Is(s.err, queue.ErrIntakeUnavailable) {
+				t.Fatalf("request %d while open: %+v %v, want intake_unavailable (zero 201)", i, s.res, s.err)
+			}
+		}
+		if e.q.Stats().NextSeq != next || e.log.Published() != published {
+			t.Fatal("an open gate consumed a seq or published")
+		}
+		// Half-open: the probe fails, so the gate reopens for a full probe_ms.
+		clock.advance(probe)
+		e.log.FailNext(1, intake.Unavailable)
+		if s := answer(t, submitAsync(e.q, rec("probe 1", ""))); !errors.Is(s.err, queue.ErrIntakeUnavailable) {
+			t.Fatalf("failing probe: %+v %v, want intake_unavailable", s.res, s.err)
+		}
+		if !e.dual(t).GateOpen {
+			t.Fatal("a failed probe did not reopen the gate")
+		}
+		clock.advance(probe / 2)
+		if s := answer(t, submitAsync(e.q, rec("too early", ""))); !errors.Is(s.err, queue.ErrIntakeUnavailable) {
+			t.Fatalf("half a probe_ms after a failed probe: %+v %v, want intake_unavailable", s.res, s.err)
+		}
+		clock.advance(probe / 2)
+		s := answer(t, submitAsync(e.q, rec("probe 2", "")))
+		if s.err != nil {
+			t.Fatalf("confirmed probe: %v, want 201", s.err)
+		}
+		if e.dual(t).GateOpen {
+			t.Fatal("gate still open after a confirmed probe")
+		}
+		if e.inLog(s.res.ID) != 1 {
+			t.Fatal("the probe's 201 has no record in the log")
+		}
+		if s := answer(t, submitAsync(e.q, rec("after", ""))); s.err != nil {
+			t.Fatalf("after the gate closed: %v", s.err)
+		}
+	})
+
+	writesNothing := []struct {
+		name  string
+		setup func(t *testing.T, e *dualEnv) // runs before the gate opens
+		probe *queue.Record
+		want  error // the probe record's own answer; nil = 201 duplicate
+	}{
+		{"every record a duplicate", func(t *testing.T, e *dualEnv) {
+			if s := answer(t, submitAsync(e.q, rec("body", "evt_dup"))); s.err != nil {
+				t.Fatal(s.err)
+			}
+		}, rec("body", "evt_dup"), nil},
+		{"every record refused as pending", func(t *testing.T, e *dualEnv) {
+			e.log.FailNext(1, intake.Unavailable)
+			if s := answer(t, submitAsync(e.q, rec("body", "evt_pend"))); !errors.Is(s.err, queue.ErrIntakeUnavailable) {
+				t.Fatal(s.err)
+			}
+		}, rec("body", "evt_pend"), queue.ErrIntakePending},
+		{"every record too large", nil, rec(string(make([]byte, 2048)), ""), queue.ErrIntakeUnavailable},
+	}
+	for _, tc := range writesNothing {
+		t.Run("probe group that "+tc.name+" does not wedge the gate", func(t *testing.T) {
+			e, clock := newEnv(t)
+			if tc.setup != nil {
+				tc.setup(t, e)
+			}
+			openGate(t, e)
+			clock.advance(probe)
+			next := e.q.Stats().NextSeq
+			s := answer(t, submitAsync(e.q, tc.probe))
+			if tc.want == nil && (s.err != nil || !s.res.Duplicate) {
+				t.Fatalf("probe group: %+v %v, want 201 duplicate", s.res, s.err)
+			}
+			if tc.want != nil && !errors.Is(s.err, tc.want) {
+				t.Fatalf("probe group: %+v %v, want %v", s.res, s.err, tc.want)
+			}
+			if e.q.Stats().NextSeq != next {
+				t.Fatal("the probe group wrote a record; this case needs one that writes nothing")
+			}
+			// The next real group is the probe; the log is up, so it closes the gate.
+			r := answer(t, submitAsync(e.q, rec("next real group", "")))
+			if r.err != nil {
+				t.Fatalf("the group after a probe that wrote nothing: %v, want 201 (the gate is wedged)", r.err)
+			}
+			if e.dual(t).GateOpen || e.inLog(r.res.ID) != 1 {
+				t.Fatalf("gate open %v, record in the log %d; want closed and 1", e.dual(t).GateOpen, e.inLog(r.res.ID))
+			}
+		})
+	}
+}

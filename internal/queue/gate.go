@@ -26,22 +26,35 @@ func newGate(threshold int, probe time.Duration) *gate {
 	return &gate{threshold: max(threshold, 1), probe: probe}
 }
 
-// admit reports whether a group may be committed now. ready is the
-// adapter's cheap local Ready flag.
-func (g *gate) admit(now time.Time, ready bool) bool {
+// admit reports whether a group may be committed now, and whether it is
+// the half-open probe. ready is the adapter's cheap local Ready flag.
+//
+// Invariant G1: a probe slot taken here is given back exactly once, by
+// result (the probe published) or by release (the probe group wrote
+// nothing, so nothing will ever report its result). Without release a
+// probe of duplicates or refusals would leave the gate half-open for ever.
+func (g *gate) admit(now time.Time, ready bool) (ok, probe bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !ready && g.openedAt.IsZero() {
 		g.openedAt = now
 	}
 	if g.openedAt.IsZero() {
-		return true
+		return true, false
 	}
 	if g.probing || now.Sub(g.openedAt) < g.probe {
-		return false
+		return false, false
 	}
 	g.probing = true // half-open: this group is the probe
-	return true
+	return true, true
+}
+
+// release gives back the probe slot of a probe group that published
+// nothing: the gate stays open and the next group probes (G1).
+func (g *gate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.probing = false
 }
 
 // result records a publish outcome.

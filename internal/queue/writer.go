@@ -192,13 +192,18 @@ func (w *writer) commit(items []*item) {
 	}
 	now := w.opts.Now()
 	dual := w.dual != nil
-	if dual && !w.dual.gate.admit(now, w.dual.in.Ready()) {
-		// Open gate: refused before any seq, so nothing exists half-way.
-		for _, it := range items {
-			w.dual.obs.IntakeRefused("breaker")
-			w.b.answer(it, outcome{err: w.dual.unavailable})
+	probe := false
+	if dual {
+		var ok bool
+		ok, probe = w.dual.gate.admit(now, w.dual.in.Ready())
+		if !ok {
+			// Open gate: refused before any seq, so nothing exists half-way.
+			for _, it := range items {
+				w.dual.obs.IntakeRefused("breaker")
+				w.b.answer(it, outcome{err: w.dual.unavailable})
+			}
+			return
 		}
-		return
 	}
 	nowMs := now.UnixMilli()
 	batch := w.st.NewBatch()
@@ -356,6 +361,10 @@ func (w *writer) commit(items []*item) {
 	}
 
 	written := int(w.nextSeq - firstSeq)
+	if probe && written == 0 {
+		// A probe that publishes nothing reports nothing (gate invariant G1).
+		w.dual.gate.release()
+	}
 	var group *dualGroup
 	if written > 0 {
 		_ = batch.Set(store.KeyNextSeq, store.U64(w.nextSeq), nil)
