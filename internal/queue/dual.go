@@ -356,10 +356,12 @@ func (g *dualGroup) resolve() {
 	d.pending.mu.Unlock()
 	var err error
 	switch {
+	case g.localErr != nil && errors.Is(g.localErr, ErrStoreUnavailable):
+		err = g.localErr // the syncer already said so
 	case g.localErr != nil:
-		err = fmt.Errorf("%w: %v", ErrStoreUnavailable, g.localErr)
+		err = fmt.Errorf("%w: %w", ErrStoreUnavailable, g.localErr)
 	case g.logErr != nil:
-		err = fmt.Errorf("%w: %v", ErrIntakeUnavailable, g.logErr)
+		err = fmt.Errorf("%w: %w", ErrIntakeUnavailable, g.logErr)
 	}
 	for _, r := range g.replies {
 		if err != nil {

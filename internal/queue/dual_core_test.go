@@ -10,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 // Defect A. ADR section 3: a 201 duplicate is only ever sent for a hook
@@ -203,6 +207,48 @@ func TestDual_BreakerOpensHalfOpensOneBatchAndClosesOnConfirm(t *testing.T) {
 			}
 			if e.dual(t).GateOpen || e.inLog(r.res.ID) != 1 {
 				t.Fatalf("gate open %v, record in the log %d; want closed and 1", e.dual(t).GateOpen, e.inLog(r.res.ID))
+			}
+		})
+	}
+}
+
+// A refusal keeps its cause: a caller (the edge, a log line, a test) can
+// ask errors.Is(err, store.ErrFailed) or errors.As for the intake's class
+// through the queue's own sentinel. Before the fix the queue wrapped causes
+// as "%w: %v", which flattened them to text.
+func TestQueue_RefusalsKeepTheirCause(t *testing.T) {
+	tests := []struct {
+		name   string
+		dual   bool
+		inject func(e *dualEnv)
+		want   error
+		check  func(error) bool
+		what   string
+	}{
+		{"disk: failed fsync", false, func(e *dualEnv) { e.gate.FailNext(1) }, queue.ErrStoreUnavailable,
+			func(err error) bool { return errors.Is(err, store.ErrFailed) }, "errors.Is(err, store.ErrFailed)"},
+		{"dual: failed local fsync", true, func(e *dualEnv) { e.gate.FailNext(1) }, queue.ErrStoreUnavailable,
+			func(err error) bool { return errors.Is(err, store.ErrFailed) }, "errors.Is(err, store.ErrFailed)"},
+		{"dual: failed publish", true, func(e *dualEnv) { e.log.FailNext(1, intake.Throttled) }, queue.ErrIntakeUnavailable,
+			func(err error) bool { c, _ := intake.ClassOf(err); return c == intake.Throttled }, "intake.ClassOf(err) == throttled"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var e *dualEnv
+			if tc.dual {
+				e, _ = newRCDual(t, queue.Options{}, manual)
+			} else {
+				gate := testutil.NewWALSyncGate()
+				st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+				e = &dualEnv{st: st, q: testutil.StartQueue(t, st, queue.Options{}), gate: gate}
+			}
+			tc.inject(e)
+			s := answer(t, submitAsync(e.q, rec("body", "")))
+			if !errors.Is(s.err, tc.want) {
+				t.Fatalf("err = %v, want %v", s.err, tc.want)
+			}
+			if !tc.check(s.err) {
+				t.Fatalf("err = %v: %s is false, the cause was flattened", s.err, tc.what)
 			}
 		})
 	}

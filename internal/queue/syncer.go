@@ -146,7 +146,7 @@ func (s *syncer) run() {
 		s.mu.Unlock()
 
 		if err != nil {
-			s.answerAll(batch, fmt.Errorf("%w: %v", ErrStoreUnavailable, err))
+			s.answerAll(batch, fmt.Errorf("%w: %w", ErrStoreUnavailable, err))
 			s.onFail(err)
 			continue
 		}

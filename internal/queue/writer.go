@@ -384,11 +384,11 @@ func (w *writer) commit(items []*item) {
 				group.local(err)
 			} else {
 				for _, r := range replies {
-					w.b.answer(r.it, outcome{err: fmt.Errorf("%w: %v", ErrStoreUnavailable, err)})
+					w.b.answer(r.it, outcome{err: fmt.Errorf("%w: %w", ErrStoreUnavailable, err)})
 				}
 			}
 			for _, r := range dups {
-				w.b.answer(r.it, outcome{err: fmt.Errorf("%w: %v", ErrStoreUnavailable, err)})
+				w.b.answer(r.it, outcome{err: fmt.Errorf("%w: %w", ErrStoreUnavailable, err)})
 			}
 			w.fence(context.Background(), err)
 			return

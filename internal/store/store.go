@@ -87,7 +87,7 @@ func (l *fatalLogger) Fatalf(format string, args ...any) {
 
 func (l *fatalLogger) failed() error {
 	if p := l.err.Load(); p != nil {
-		return fmt.Errorf("%w: %v", ErrFailed, *p)
+		return fmt.Errorf("%w: %w", ErrFailed, *p)
 	}
 	return nil
 }
