@@ -177,7 +177,7 @@ func (r *Readiness) probe(ctx context.Context, now time.Time) error {
 // it, which is harmless: durable_seq moves only on the syncer's fsyncs.
 func (r *Readiness) writeProbe(now time.Time) error {
 	b := r.st.NewBatch()
-	if b == nil {
+	if b.Err() != nil {
 		return store.ErrClosed
 	}
 	defer b.Close()

@@ -8,8 +8,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/google/uuid"
 
 	"github.com/ankusa/ankusa/internal/store"
@@ -214,7 +212,7 @@ func (d *Dispatcher) SetJobState(ctx context.Context, id, state string) (Job, er
 	return out, err
 }
 
-func (d *Dispatcher) putJob(b *pebble.Batch, j *Job) {
+func (d *Dispatcher) putJob(b *store.Batch, j *Job) {
 	v, _ := json.Marshal(j) // plain fields only: cannot fail
 	_ = b.Set(store.JobKey(j.ID), v, nil)
 }

@@ -178,7 +178,7 @@ func (p *Pen) Hold(ctx context.Context, env *store.Envelope, reason string) erro
 
 func (p *Pen) write(env *store.Envelope, reason string) error {
 	b := p.st.NewBatch()
-	if b == nil {
+	if b.Err() != nil {
 		return store.ErrClosed
 	}
 	defer b.Close()
@@ -299,7 +299,7 @@ func (p *Pen) Purge(f PurgeFilter) (int, error) {
 	p.delMu.Lock()
 	defer p.delMu.Unlock()
 	b := p.st.NewBatch()
-	if b == nil {
+	if b.Err() != nil {
 		return 0, store.ErrClosed
 	}
 	defer b.Close()

@@ -207,7 +207,7 @@ func (p *Pen) remove(keys [][]byte) (int, error) {
 	p.delMu.Lock()
 	defer p.delMu.Unlock()
 	b := p.st.NewBatch()
-	if b == nil {
+	if b.Err() != nil {
 		return 0, store.ErrClosed
 	}
 	defer b.Close()

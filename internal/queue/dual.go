@@ -426,7 +426,7 @@ func (w *writer) completeLocal(es []*pendingEntry) error {
 		return ErrStoreUnavailable
 	}
 	b := w.st.NewBatch()
-	if b == nil {
+	if b.Err() != nil {
 		return store.ErrClosed
 	}
 	defer b.Close()
@@ -488,7 +488,7 @@ func (w *writer) flushMarks() {
 	}
 	wm, off := w.dual.pending.marks(w.nextSeq)
 	b := w.st.NewBatch()
-	if b == nil {
+	if b.Err() != nil {
 		return // the store is closed
 	}
 	defer b.Close()

@@ -93,7 +93,7 @@ func (w *writer) fence(ctx context.Context, cause error) {
 // cleanup deletes the rows of every group above durable in one synced write.
 func (w *writer) cleanup(durable uint64) error {
 	b := w.st.NewBatch()
-	if b == nil {
+	if b.Err() != nil {
 		return store.ErrClosed
 	}
 	defer b.Close()

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/store"
 )
@@ -317,7 +315,7 @@ func (a *applier) flushCollided() error {
 }
 
 // write adds one hook under seq to b.
-func (a *applier) write(b *pebble.Batch, env *store.Envelope, seq uint64) {
+func (a *applier) write(b *store.Batch, env *store.Envelope, seq uint64) {
 	route, ok := a.o.Resolve(env.Source)
 	if !ok {
 		a.sum.Unroutable++
@@ -350,7 +348,7 @@ func (a *applier) write(b *pebble.Batch, env *store.Envelope, seq uint64) {
 }
 
 // commit applies one chunk's batch with the offset advanced in it.
-func (a *applier) commit(b *pebble.Batch, last intake.Position) error {
+func (a *applier) commit(b *store.Batch, last intake.Position) error {
 	a.pending = a.pending[:0]
 	if a.o.DryRun {
 		return nil

@@ -405,7 +405,7 @@ func (m *Manager) Delete(tenant, name string, deadLetter bool) (Deleted, error) 
 		}
 	}
 	b := m.o.Store.NewBatch()
-	if b == nil {
+	if b.Err() != nil {
 		m.restore(e)
 		return Deleted{}, store.ErrClosed
 	}
@@ -557,7 +557,7 @@ func (m *Manager) persist(rec record) error {
 		return fmt.Errorf("encode source %s: %w", rec.id(), err)
 	}
 	b := m.o.Store.NewBatch()
-	if b == nil {
+	if b.Err() != nil {
 		return store.ErrClosed
 	}
 	defer b.Close()
@@ -620,7 +620,7 @@ func (m *Manager) deadLetter(e *entry) (int, error) {
 	}
 	nowMs := m.o.Now().UnixMilli()
 	b := m.o.Store.NewBatch()
-	if b == nil {
+	if b.Err() != nil {
 		return 0, store.ErrClosed
 	}
 	defer b.Close()

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -62,6 +63,9 @@ type Store struct {
 
 	id      string // m:store_id, minted at first open
 	created bool   // this Open created the store
+
+	gen      uint64       // REQUIRES: mu; the DB generation, raised by every open
+	dueFloor atomic.Int64 // earliest due row applied since TakeDueFloor; MaxInt64 = none
 }
 
 // fatalLogger is the Pebble logger of one DB generation.
@@ -101,6 +105,7 @@ func Open(opts Options) (*Store, error) {
 		opts.FS = vfs.Default
 	}
 	s := &Store{opts: opts, log: opts.Logger.With("component", "store")}
+	s.dueFloor.Store(math.MaxInt64)
 	if err := s.openLocked(); err != nil {
 		return nil, err
 	}
@@ -136,6 +141,7 @@ func (s *Store) openLocked() error {
 		return fmt.Errorf("open store %s: %w", s.opts.Dir, ferr)
 	}
 	s.db, s.fatal = db, fl
+	s.gen++
 	return nil
 }
 
@@ -173,38 +179,40 @@ func (s *Store) ID() string { return s.id }
 // Dir is the store's directory.
 func (s *Store) Dir() string { return s.opts.Dir }
 
-// NewBatch returns a batch for the current DB generation. A batch built
-// before a Reopen cannot be applied after it.
-func (s *Store) NewBatch() *pebble.Batch {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.db == nil {
-		return nil
-	}
-	return s.db.NewBatch()
-}
-
 // Apply writes b without waiting for the WAL to reach the disk: the rows are
 // visible at once and durable only after a later SyncWAL returns nil.
-func (s *Store) Apply(b *pebble.Batch) error { return s.apply(b, pebble.NoSync) }
+func (s *Store) Apply(b *Batch) error { return s.apply(b, pebble.NoSync) }
 
 // ApplySync writes b and waits for the WAL fsync that covers it.
-func (s *Store) ApplySync(b *pebble.Batch) error { return s.apply(b, pebble.Sync) }
+func (s *Store) ApplySync(b *Batch) error { return s.apply(b, pebble.Sync) }
 
-func (s *Store) apply(b *pebble.Batch, wo *pebble.WriteOptions) error {
+func (s *Store) apply(b *Batch, wo *pebble.WriteOptions) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed || s.db == nil {
+	switch {
+	case b.err != nil:
+		return b.err
+	case s.closed:
 		return ErrClosed
+	case s.db == nil:
+		return fmt.Errorf("%w: no open store generation (the last reopen failed)", ErrFailed)
+	case b.gen != s.gen:
+		return fmt.Errorf("%w: batch of generation %d applied to generation %d (the store was reopened)", ErrFailed, b.gen, s.gen)
 	}
 	if err := s.fatal.failed(); err != nil {
 		return err
 	}
-	if err := s.db.Apply(b, wo); err != nil {
+	if err := s.db.Apply(b.b, wo); err != nil {
 		return fmt.Errorf("apply batch: %w", err)
 	}
 	// Pebble returns nil after calling Fatalf; the recorded error is the truth.
-	return s.fatal.failed()
+	if err := s.fatal.failed(); err != nil {
+		return err
+	}
+	if b.minDue != math.MaxInt64 {
+		s.lowerDueFloor(b.minDue)
+	}
+	return nil
 }
 
 // SyncWAL forces one WAL fsync. A nil return means every batch applied

@@ -443,8 +443,10 @@ func TestOperationsAfterClose(t *testing.T) {
 	if err := st.Close(); err != nil {
 		t.Fatalf("second close: %v", err)
 	}
-	if b := st.NewBatch(); b != nil {
-		t.Errorf("NewBatch after Close = %v, want nil", b)
+	// Never nil (store.Batch): a batch made after Close fails with ErrClosed.
+	dead := st.NewBatch()
+	if dead == nil {
+		t.Fatal("NewBatch after Close returned nil")
 	}
 	ops := []struct {
 		name string
@@ -455,6 +457,8 @@ func TestOperationsAfterClose(t *testing.T) {
 		{"Count", func() error { _, err := st.Count(nil); return err }},
 		{"Apply", func() error { return st.Apply(pending) }},
 		{"ApplySync", func() error { return st.ApplySync(pending) }},
+		{"Set on a batch made after Close", func() error { return dead.Set([]byte("k"), nil, nil) }},
+		{"Apply of a batch made after Close", func() error { return st.Apply(dead) }},
 		{"SyncWAL", st.SyncWAL},
 		{"Reopen", st.Reopen},
 		{"SinkNumbers", func() error { _, err := st.SinkNumbers([]store.SinkRef{{Source: "s", Sink: "k"}}); return err }},

@@ -87,13 +87,15 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 }
 
 // WALSyncGate is an errorfs injector that controls the WAL's fsyncs: each
-// one can be held until released, or failed. Other file operations pass.
+// one can be held until released, or failed. It can also fail every open of
+// the store (FailOpens), so a Store.Reopen fails. Other file operations pass.
 type WALSyncGate struct {
-	mu     sync.Mutex
-	hold   bool
-	failN  int // fail this many upcoming WAL syncs
-	held   chan chan struct{}
-	failed int
+	mu        sync.Mutex
+	hold      bool
+	failOpens bool
+	failN     int // fail this many upcoming WAL syncs
+	held      chan chan struct{}
+	failed    int
 }
 
 // NewWALSyncGate returns a gate that lets everything through until told.
@@ -111,6 +113,16 @@ func (g *WALSyncGate) String() string { return "wal-sync-gate" }
 func (g *WALSyncGate) MaybeError(op errorfs.Op) error {
 	switch op.Kind {
 	case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+	case errorfs.OpLock:
+		// Pebble takes its LOCK file first thing in every open: failing it
+		// fails a Store.Reopen without touching the data.
+		g.mu.Lock()
+		fail := g.failOpens
+		g.mu.Unlock()
+		if fail {
+			return errorfs.ErrInjected
+		}
+		return nil
 	default:
 		return nil
 	}
@@ -165,6 +177,13 @@ func (g *WALSyncGate) Held(t testing.TB) chan struct{} {
 func (g *WALSyncGate) FailNext(n int) {
 	g.mu.Lock()
 	g.failN += n
+	g.mu.Unlock()
+}
+
+// FailOpens makes every later open of the store fail (on) or succeed again.
+func (g *WALSyncGate) FailOpens(on bool) {
+	g.mu.Lock()
+	g.failOpens = on
 	g.mu.Unlock()
 }
 

@@ -1,0 +1,98 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/ankusa/ankusa/internal/dispatch"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+// Defect G. A failed fsync fences the queue; the fence's Store.Reopen then
+// keeps failing, so for a while no DB generation is open. A delivery that
+// finishes in that window must not crash the node: its outcome fails to
+// record (the row stays inflight and is returned to due at the next start)
+// and the node stops through OnFatal — which the binary turns into exit
+// status 75 — after the fence's reopen attempts. Before the fix
+// Store.NewBatch returned nil in that window and the outcome's Delete on it
+// panicked the process.
+func TestDispatch_DeliveryFinishingWhileTheStoreCannotReopenDoesNotPanic(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	t.Cleanup(func() { gate.FailOpens(false); gate.ReleaseAll() })
+	fatal := make(chan error, 1)
+	var d atomic.Pointer[dispatch.Dispatcher]
+	q := testutil.StartQueue(t, st, queue.Options{
+		OnFatal: func(err error) {
+			select {
+			case fatal <- err:
+			default:
+			}
+		},
+		OnDurable: func() {
+			if p := d.Load(); p != nil {
+				p.Wake()
+			}
+		},
+	})
+	s := newScripted()
+	s.block = make(chan struct{})
+	disp := dispatch.New(st, dispatch.Options{
+		Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
+		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: testutil.Logger(t),
+		Poll:  10 * time.Millisecond,
+		Retry: dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5},
+	})
+	d.Store(disp)
+	if err := disp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(disp.Stop)
+	e := &env{st: st, q: q, d: disp, gate: gate}
+
+	e.submit(t, "in flight", "")
+	testutil.Eventually(t, 10*time.Second, "the delivery claimed", func() bool { return count(t, st, store.PrefixInflight) == 1 })
+
+	// The next fsync fails and every reopen fails with it.
+	gate.FailOpens(true)
+	gate.FailNext(1)
+	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
+		Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+	if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
+		t.Fatalf("submit over the failing fsync: %v, want store_unavailable", err)
+	}
+	testutil.Eventually(t, 10*time.Second, "a failed reopen (no DB generation open)", func() bool {
+		return errors.Is(st.Failed(), store.ErrClosed)
+	})
+	// The delivery finishes in the window; recording its outcome fails
+	// (the row stays inflight in the store) and the loop carries on.
+	close(s.block)
+	s.next(t)
+	testutil.Eventually(t, 10*time.Second, "the outcome handled", func() bool { return disp.Gauges().Inflight == 0 })
+	select {
+	case err := <-fatal:
+		if !strings.Contains(err.Error(), "reopen store after write failure") {
+			t.Fatalf("fatal: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the queue never gave up on the reopen (OnFatal, exit 75)")
+	}
+	// No caller gets a nil batch in the window, which lasts
+	// after the fence gave up: a batch fails with an error.
+	b := st.NewBatch()
+	if b == nil {
+		t.Fatal("NewBatch returned nil while no DB generation is open")
+	}
+	if err := st.Apply(b); !errors.Is(err, store.ErrFailed) {
+		t.Fatalf("apply in the window: %v, want store.ErrFailed", err)
+	}
+	_ = b.Close()
+}

@@ -1,0 +1,105 @@
+package store
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Batch is a set of writes bound to the DB generation that was open when
+// NewBatch made it. Its error contract:
+//
+//   - NewBatch never returns nil. A batch made while no DB is open (after
+//     Close, or after a failed Reopen) is a dead batch: Set and Delete
+//     record nothing and return its error, and Apply/ApplySync return it
+//     (ErrClosed or ErrFailed), so a caller racing a reopen gets an error it
+//     already handles instead of a nil pointer.
+//   - A batch made before a Reopen is refused by Apply after it with
+//     ErrFailed: Pebble panics on a batch of another DB, and the rows it
+//     was built from may be the very ones the fence just removed.
+//
+// The batch also notes the earliest due row it sets, so that a successful
+// apply can tell the dispatcher's scan about it (DueFloor).
+type Batch struct {
+	b      *pebble.Batch // nil for a dead batch
+	gen    uint64
+	err    error // non-nil for a dead batch
+	minDue int64 // earliest due key set (unix ms); math.MaxInt64 = none
+}
+
+// Set records key → value. The options argument is ignored (it keeps
+// Pebble's call shape); durability is chosen by Apply or ApplySync.
+func (b *Batch) Set(key, value []byte, _ *pebble.WriteOptions) error {
+	if b.err != nil {
+		return b.err
+	}
+	if len(key) > 0 && key[0] == PrefixDue {
+		if at, _, _, ok := ParseTimedKey(key); ok && at < b.minDue {
+			b.minDue = at
+		}
+	}
+	return b.b.Set(key, value, nil)
+}
+
+// Delete records the removal of key.
+func (b *Batch) Delete(key []byte, _ *pebble.WriteOptions) error {
+	if b.err != nil {
+		return b.err
+	}
+	return b.b.Delete(key, nil)
+}
+
+// Close releases the batch; safe on a dead batch and after Apply.
+func (b *Batch) Close() error {
+	if b.b == nil {
+		return nil
+	}
+	err := b.b.Close()
+	b.b = nil
+	if b.err == nil {
+		b.err = ErrClosed
+	}
+	return err
+}
+
+// NewBatch returns a batch for the current DB generation; never nil (see
+// Batch for what a batch made while no DB is open does).
+func (s *Store) NewBatch() *Batch {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	switch {
+	case s.closed:
+		return &Batch{err: ErrClosed}
+	case s.db == nil:
+		return &Batch{err: fmt.Errorf("%w: no open store generation (the last reopen failed)", ErrFailed)}
+	}
+	return &Batch{b: s.db.NewBatch(), gen: s.gen, minDue: math.MaxInt64}
+}
+
+// lowerDueFloor keeps the due floor at or below at. Called after an apply
+// made a due row at at visible, never before: a scan that took the floor
+// and still missed the row then finds it in the floor next time.
+func (s *Store) lowerDueFloor(at int64) {
+	for {
+		cur := s.dueFloor.Load()
+		if at >= cur || s.dueFloor.CompareAndSwap(cur, at) {
+			return
+		}
+	}
+}
+
+// TakeDueFloor returns the earliest due time written since the last call
+// (ok false if none) and resets it. The dispatcher calls it before every
+// due scan and moves its forward-only cursor back to it: whoever writes a
+// due row behind the cursor — a completed local half of a dual commit,
+// boot replay, a dead-letter or quarantine replay, a source change — makes
+// the scan see it without knowing the cursor exists. One reader only.
+func (s *Store) TakeDueFloor() (atMs int64, ok bool) {
+	at := s.dueFloor.Swap(math.MaxInt64)
+	return at, at != math.MaxInt64
+}
+
+// Err is the error every use of a dead batch returns (nil for a live one):
+// a caller can give up before building rows it could never apply.
+func (b *Batch) Err() error { return b.err }

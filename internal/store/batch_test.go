@@ -1,0 +1,113 @@
+package store_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+// The batch contract (store.Batch): NewBatch never returns nil; a batch on
+// a store with no open generation, or one built before a Reopen, fails with
+// an error instead of a nil pointer or Pebble's "batch db mismatch" panic.
+func TestBatch_NeverNilAndNeverAppliedAcrossGenerations(t *testing.T) {
+	tests := []struct {
+		name string
+		// breaks the store after b was built; returns the error wanted
+		breakIt func(t *testing.T, st *store.Store, gate *testutil.WALSyncGate) error
+		// build the batch after breaking (true) or before (false)
+		after bool
+	}{
+		{"built after Close", func(t *testing.T, st *store.Store, _ *testutil.WALSyncGate) error {
+			_ = st.Close()
+			return store.ErrClosed
+		}, true},
+		{"built after a failed Reopen", func(t *testing.T, st *store.Store, gate *testutil.WALSyncGate) error {
+			gate.FailOpens(true)
+			if err := st.Reopen(); err == nil {
+				t.Fatal("reopen succeeded through failing opens")
+			}
+			return store.ErrFailed
+		}, true},
+		{"built before a Reopen, applied after", func(t *testing.T, st *store.Store, _ *testutil.WALSyncGate) error {
+			if err := st.Reopen(); err != nil {
+				t.Fatal(err)
+			}
+			return store.ErrFailed
+		}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := testutil.NewWALSyncGate()
+			st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+			var b *store.Batch
+			if !tc.after {
+				b = st.NewBatch()
+			}
+			want := tc.breakIt(t, st, gate)
+			if tc.after {
+				b = st.NewBatch()
+			}
+			if b == nil {
+				t.Fatal("NewBatch returned nil")
+			}
+			defer b.Close()
+			_ = b.Set([]byte("k"), []byte("v"), nil)
+			_ = b.Delete([]byte("j"), nil)
+			for name, apply := range map[string]func(*store.Batch) error{"Apply": st.Apply, "ApplySync": st.ApplySync} {
+				if err := apply(b); !errors.Is(err, want) {
+					t.Fatalf("%s: %v, want %v", name, err, want)
+				}
+			}
+			if tc.name == "built before a Reopen, applied after" {
+				if v, err := st.Get([]byte("k")); err != nil || v != nil {
+					t.Fatalf("the stale batch's row: %q %v, want absent", v, err)
+				}
+			}
+		})
+	}
+}
+
+// The due floor is lowered by any applied batch that sets a due row, after
+// the apply, and reset by TakeDueFloor; a failed apply does not lower it.
+func TestBatch_DueFloorTracksTheEarliestDueRowApplied(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	if _, ok := st.TakeDueFloor(); ok {
+		t.Fatal("a fresh store reports a due floor")
+	}
+	put := func(ats ...int64) error {
+		b := st.NewBatch()
+		defer b.Close()
+		for i, at := range ats {
+			_ = b.Set(store.DueKey(at, uint64(i+1), 0), nil, nil)
+		}
+		_ = b.Set(store.KeyNextSeq, store.U64(9), nil)
+		return st.Apply(b)
+	}
+	if err := put(500, 300, 400); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(350); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok := st.TakeDueFloor(); !ok || at != 300 {
+		t.Fatalf("floor = %d %v, want 300", at, ok)
+	}
+	if _, ok := st.TakeDueFloor(); ok {
+		t.Fatal("the floor was not reset by the take")
+	}
+	gate.FailNext(1)
+	b := st.NewBatch()
+	_ = b.Set(store.DueKey(100, 1, 0), nil, nil)
+	if err := st.ApplySync(b); err == nil {
+		t.Fatal("apply through a failed fsync succeeded")
+	}
+	_ = b.Close()
+	if at, ok := st.TakeDueFloor(); ok {
+		t.Fatalf("a failed apply lowered the floor to %d", at)
+	}
+}
