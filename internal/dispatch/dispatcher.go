@@ -143,9 +143,14 @@ type Dispatcher struct {
 	// owned by the run goroutine
 	inflight      int
 	inflightBytes int64
-	// low is the due-scan cursor (ms): no due row exists below it. Every
-	// due key written after it was set is at or above it — the writer's are
-	// monotonic and dispatch's own writes lower it (noteDue).
+	// low is the due-scan cursor (ms): the scan starts there, skipping the
+	// tombstones of claimed rows below it. Invariant D1: no due row the
+	// scan has not seen lies below it. New hooks keep it (the writer's due
+	// times are monotonic); every other writer of a due row — a completed
+	// local half of a dual commit, boot replay, a DLQ or quarantine replay,
+	// a source change, dispatch's own retries — may write behind it, and
+	// the store's due floor (Store.TakeDueFloor, read before every scan)
+	// moves it back. No writer has to know the cursor exists.
 	low      int64
 	breakers map[uint16]*breaker
 	jobs     map[string]*job
@@ -376,7 +381,8 @@ func (d *Dispatcher) recoverInflight() error {
 	return nil
 }
 
-// noteDue keeps the scan cursor at or below a due key dispatch writes.
+// noteDue keeps the scan cursor at or below a due key (D1). Dispatch's own
+// writes call it directly; everyone else's arrive through the due floor.
 func (d *Dispatcher) noteDue(at int64) {
 	d.low = min(d.low, at)
 }

@@ -24,6 +24,11 @@ type candidate struct {
 // starts their attempts. It returns when the next not-yet-due row falls due
 // (zero if none).
 func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
+	// Before the scan, never after: a due row applied during this scan lowers
+	// the floor after it became visible, so the next take finds it.
+	if at, ok := d.st.TakeDueFloor(); ok {
+		d.noteDue(at)
+	}
 	now := d.o.Now()
 	nowMs := now.UnixMilli()
 	durable := d.o.Durable()

@@ -7,11 +7,13 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/store"
@@ -251,5 +253,78 @@ func TestQueue_RefusalsKeepTheirCause(t *testing.T) {
 				t.Fatalf("err = %v: %s is false, the cause was flattened", s.err, tc.what)
 			}
 		})
+	}
+}
+
+// newClockedDualDispatch is newRCDualDispatch on a clock the test moves
+// (the queue, the dual commit and dispatch share it).
+func newClockedDualDispatch(t *testing.T, clock *rcClock) (*dualEnv, *countingSink) {
+	t.Helper()
+	var disp atomic.Pointer[dispatch.Dispatcher]
+	e, _ := newRCDual(t, queue.Options{Now: clock.now, OnDurable: func() {
+		if d := disp.Load(); d != nil {
+			d.Wake()
+		}
+	}}, manual)
+	cs := newCountingSink()
+	d := dispatch.New(e.st, dispatch.Options{
+		Targets:   map[uint16]dispatch.Target{sinks[0].Num: {ID: sinks[0].ID, Sink: cs}},
+		Durable:   e.q.Durable,
+		OnReclaim: e.q.Reclaimed,
+		Poll:      20 * time.Millisecond,
+		Retry:     dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5},
+		Logger:    testutil.Logger(t),
+		Now:       clock.now,
+	})
+	disp.Store(d)
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return e, cs
+}
+
+// Defect E. The reconciler completes the local half of a log-only record
+// with its held ops, whose due key carries the original commit time. By
+// then dispatch's forward-only scan cursor has moved past that time (later
+// hooks were delivered), so before the fix the hook was durable, its retry
+// answered 201 duplicate, and it was never delivered until a restart.
+func TestDual_CompletedLocalHalfBehindTheScanCursorIsDelivered(t *testing.T) {
+	clock := newRCClock()
+	e, cs := newClockedDualDispatch(t, clock)
+	e.gate.FailNext(1)
+	if s := answer(t, submitAsync(e.q, rec("late", "evt_e"))); !errors.Is(s.err, queue.ErrStoreUnavailable) {
+		t.Fatalf("first attempt: %v, want store_unavailable", s.err)
+	}
+	waitFences(t, e.q, 1)
+	orig := e.onlyRecord(t) // in the log only (half_log)
+
+	// Later hooks are committed and delivered: the cursor passes the
+	// original's commit time.
+	for i := range 3 {
+		clock.advance(time.Second)
+		s := answer(t, submitAsync(e.q, rec("later", "")))
+		if s.err != nil {
+			t.Fatalf("later hook %d: %v", i, s.err)
+		}
+		if id := e.waitDelivered(t, cs); id != s.res.ID {
+			t.Fatalf("delivered %x, want the later hook %x", id, s.res.ID)
+		}
+	}
+
+	e.q.Reconcile(context.Background())
+	if env, _ := e.stored(t, orig.Seq); env == nil || env.ID != orig.ID {
+		t.Fatal("the reconciler did not complete the local half")
+	}
+	select {
+	case id := <-cs.seen:
+		if id != orig.ID {
+			t.Fatalf("delivered %x, want the completed hook %x", id, orig.ID)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the completed local half was not delivered (its due row is behind the scan cursor)")
+	}
+	if after := answer(t, submitAsync(e.q, rec("late", "evt_e"))); after.err != nil || !after.res.Duplicate || after.res.ID != orig.ID {
+		t.Fatalf("retry: %+v %v, want 201 duplicate of %x", after.res, after.err, orig.ID)
 	}
 }
