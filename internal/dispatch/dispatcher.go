@@ -158,6 +158,11 @@ type Dispatcher struct {
 	inflightGauge atomic.Int64
 	deadGauge     atomic.Int64
 
+	// started is set by Start: from then on every delivery-row write runs
+	// on the loop; before it, offLoop serialises the few that run without it.
+	started atomic.Bool
+	offLoop sync.Mutex
+
 	cancel  context.CancelFunc
 	done    chan struct{}
 	workers sync.WaitGroup
@@ -244,6 +249,7 @@ func (d *Dispatcher) Start() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	d.done = make(chan struct{})
+	d.started.Store(true)
 	go func() {
 		defer close(d.done)
 		d.run(ctx)

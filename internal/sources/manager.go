@@ -11,6 +11,7 @@
 package sources
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -606,72 +607,24 @@ func (m *Manager) dueRows(e *entry) ([]dueRow, error) {
 	return due, nil
 }
 
-// deadLetter moves every due row of e's sinks to the dead-letter queue in
-// one synced batch: q row deleted, x row written (DeadLetterReason), d row
-// marked dead. e is already unregistered, so an attempt dispatch starts on
-// one of these rows meanwhile fails for want of a sink and is
-// dead-lettered by dispatch itself; when that is seen (the row went
-// inflight), the dead row written here is withdrawn so the row is not in
-// the dead-letter queue twice.
+// deadLetter moves every due row of e's sinks to the dead-letter queue
+// (reason DeadLetterReason). The dispatcher does the move on its own loop:
+// it is the one writer of delivery rows, so no claim races the move and
+// ankusa_queue_dead counts the rows at once. e is already unregistered, so
+// an attempt dispatch starts on one of these rows first fails for want of a
+// sink and is dead-lettered by dispatch itself, once.
 func (m *Manager) deadLetter(e *entry) (int, error) {
-	due, err := m.dueRows(e)
-	if err != nil || len(due) == 0 {
-		return 0, err
+	nums := make(map[uint16]bool, len(e.sinks))
+	for num := range e.sinks {
+		nums[num] = true
 	}
-	nowMs := m.o.Now().UnixMilli()
-	b := m.o.Store.NewBatch()
-	if b.Err() != nil {
-		return 0, store.ErrClosed
-	}
-	defer b.Close()
-	type seqNum struct {
-		seq uint64
-		num uint16
-	}
-	moved := map[seqNum]bool{}
-	for _, r := range due {
-		_ = b.Delete(store.DueKey(r.at, r.seq, r.num), nil)
-		v, err := m.o.Store.Get(store.DeliveryKey(r.seq, r.num))
-		if err != nil {
-			return 0, err
-		}
-		if v == nil {
-			continue // a due key without its row: dropped, as dispatch would
-		}
-		dl, err := store.DecodeDelivery(v)
-		if err != nil {
-			return 0, fmt.Errorf("delivery %d/%d: %w", r.seq, r.num, err)
-		}
-		dl.State, dl.NextAtMs, dl.LastError = store.StateDead, 0, DeadLetterReason
-		_ = b.Set(store.DeliveryKey(r.seq, r.num), store.EncodeDelivery(dl), nil)
-		_ = b.Set(store.DeadKey(nowMs, r.seq, r.num), []byte(DeadLetterReason), nil)
-		moved[seqNum{r.seq, r.num}] = true
-	}
-	if err := m.o.Store.ApplySync(b); err != nil {
-		return 0, fmt.Errorf("dead-letter %d deliveries: %w", len(moved), err)
-	}
-
-	var raced []seqNum
-	_ = m.o.Store.Scan([]byte{store.PrefixInflight}, []byte{store.PrefixInflight + 1}, func(k, _ []byte) bool {
-		if seq, num, ok := store.ParseSeqSinkKey(k); ok && moved[seqNum{seq, num}] {
-			raced = append(raced, seqNum{seq, num})
-		}
-		return true
-	})
-	if len(raced) > 0 {
-		wb := m.o.Store.NewBatch()
-		if wb != nil {
-			for _, r := range raced {
-				_ = wb.Delete(store.DeadKey(nowMs, r.seq, r.num), nil)
-			}
-			if err := m.o.Store.ApplySync(wb); err != nil {
-				m.log.Warn("withdrawing dead rows dispatch claimed meanwhile failed; they may be listed twice", "rows", len(raced), "err", err)
-			}
-			_ = wb.Close()
-		}
-	}
-	return len(moved) - len(raced), nil
+	ctx, cancel := context.WithTimeout(context.Background(), deadLetterTimeout)
+	defer cancel()
+	return m.o.Dispatch.DeadLetterDue(ctx, nums, DeadLetterReason)
 }
+
+// deadLetterTimeout bounds the wait for the dispatcher's loop.
+const deadLetterTimeout = 30 * time.Second
 
 func (m *Manager) stamp() string { return m.o.Now().UTC().Format(time.RFC3339Nano) }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dispatch"
@@ -274,5 +275,53 @@ func TestLoad_RefusesBadRows(t *testing.T) {
 				t.Errorf("Load = %v, want an error naming acme.x", err)
 			}
 		})
+	}
+}
+
+// Deleting a source with deliveries=dead_letter moves its due rows to the
+// dead-letter queue through the dispatcher, the one writer of delivery
+// rows, so ankusa_queue_dead (Dispatcher.Gauges().Dead) counts them at
+// once. Before the fix the manager wrote the rows itself from the API
+// goroutine and the gauge stayed short until a restart recounted.
+func TestDelete_DeadLetterCountsInTheDeadGaugeWithoutARestart(t *testing.T) {
+	e := sourcestest.New(t, sourcestest.Options{Dispatch: true})
+	if _, err := e.Manager.Create("acme", "orders", parse(t, `{"sinks":[{"type":"log"},{"id":"copy","type":"log"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	// Every attempt fails once and its row waits an hour for the retry:
+	// due, not inflight, so the delete may dead-letter it.
+	e.Sinks.FailAttempts(errors.New("target down"))
+	const hooks, rows = 2, 4
+	for i := range hooks {
+		if h := e.Post(t, "/webhooks/acme.orders", []byte(fmt.Sprintf(`{"n":%d}`, i)), nil); h.Status != 201 {
+			t.Fatalf("hook %d: status %d (%s)", i, h.Status, h.Raw)
+		}
+	}
+	for range rows {
+		e.Sinks.Started(t)
+	}
+	testutil.Eventually(t, 10*time.Second, "every row back to due after its failed attempt", func() bool {
+		return e.Count(t, store.PrefixInflight) == 0 && e.Count(t, store.PrefixDue) == rows
+	})
+	if g := e.Dispatch.Gauges(); g.Dead != 0 {
+		t.Fatalf("dead gauge before the delete = %d", g.Dead)
+	}
+	d, err := e.Manager.Delete("acme", "orders", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.DeadLettered != rows {
+		t.Fatalf("dead_lettered = %d, want %d", d.DeadLettered, rows)
+	}
+	total, _, err := e.Dispatch.DLQ(dispatch.DLQFilter{SourceID: "acme.orders", Limit: 100})
+	if err != nil || total != rows {
+		t.Fatalf("DLQ total = %d (%v), want %d", total, err, rows)
+	}
+	if g := e.Dispatch.Gauges(); g.Dead != rows || g.Pending != 0 {
+		t.Fatalf("gauges after the delete: dead %d pending %d, want %d and 0 (without a restart)", g.Dead, g.Pending, rows)
+	}
+	e.Restart(t)
+	if g := e.Dispatch.Gauges(); g.Dead != rows {
+		t.Fatalf("dead gauge after a restart = %d, want %d", g.Dead, rows)
 	}
 }

@@ -218,6 +218,7 @@ type Delivery struct {
 type Sinks struct {
 	mu       sync.Mutex
 	block    chan struct{} // non-nil: attempts wait for it (or their ctx)
+	failErr  error         // non-nil: attempts fail with it (a retryable error)
 	buildErr error
 	built    int
 	closed   int
@@ -234,6 +235,13 @@ func newSinks() *Sinks {
 func (s *Sinks) FailBuild(err error) {
 	s.mu.Lock()
 	s.buildErr = err
+	s.mu.Unlock()
+}
+
+// FailAttempts makes every later attempt fail with err (nil: succeed again).
+func (s *Sinks) FailAttempts(err error) {
+	s.mu.Lock()
+	s.failErr = err
 	s.mu.Unlock()
 }
 
@@ -316,7 +324,7 @@ func (r *recorder) Deliver(ctx context.Context, m *sink.Message) error {
 	}
 	r.s.started <- Delivery{r.id, m}
 	r.s.mu.Lock()
-	block := r.s.block
+	block, fail := r.s.block, r.s.failErr
 	r.s.mu.Unlock()
 	if block != nil {
 		select {
@@ -324,6 +332,9 @@ func (r *recorder) Deliver(ctx context.Context, m *sink.Message) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	if fail != nil {
+		return fail
 	}
 	r.s.delivered <- Delivery{r.id, m}
 	return nil

@@ -1,0 +1,83 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// DeadLetterDue moves every due row of the sinks numbered in nums to the
+// dead-letter queue with reason, in one synced batch (q row deleted, x row
+// written, d row marked dead), and returns how many it moved. It runs on
+// the loop goroutine — dispatch is the one writer of delivery rows — so no
+// claim can race it and the dead gauge counts the rows at once. Inflight
+// rows are not touched: their attempts end on the loop too (an attempt
+// whose sink was removed dead-letters itself). While the loop is not
+// running there is no other writer, and the move runs on the caller.
+//
+// Errors: ctx's, "dispatch stopped", or the store's (nothing moved).
+func (d *Dispatcher) DeadLetterDue(ctx context.Context, nums map[uint16]bool, reason string) (int, error) {
+	var moved int
+	var err error
+	run := func() { moved, err = d.deadLetterDue(nums, reason) }
+	if !d.started.Load() {
+		d.offLoop.Lock()
+		defer d.offLoop.Unlock()
+		run()
+		return moved, err
+	}
+	if derr := d.do(ctx, run); derr != nil {
+		return 0, derr
+	}
+	return moved, err
+}
+
+// REQUIRES: on the loop goroutine, or the loop not running.
+func (d *Dispatcher) deadLetterDue(nums map[uint16]bool, reason string) (int, error) {
+	type row struct {
+		at  int64
+		seq uint64
+		num uint16
+	}
+	var due []row
+	err := d.st.Scan([]byte{store.PrefixDue}, []byte{store.PrefixDue + 1}, func(k, _ []byte) bool {
+		if at, seq, num, ok := store.ParseTimedKey(k); ok && nums[num] {
+			due = append(due, row{at, seq, num})
+		}
+		return true
+	})
+	if err != nil {
+		return 0, fmt.Errorf("scan due deliveries: %w", err)
+	}
+	if len(due) == 0 {
+		return 0, nil
+	}
+	nowMs := d.o.Now().UnixMilli()
+	b := d.st.NewBatch()
+	defer b.Close()
+	moved := 0
+	for _, r := range due {
+		_ = b.Delete(store.DueKey(r.at, r.seq, r.num), nil)
+		v, err := d.st.Get(store.DeliveryKey(r.seq, r.num))
+		if err != nil {
+			return 0, err
+		}
+		if v == nil {
+			continue // a due key without its row: dropped, as the scan would
+		}
+		dl, err := store.DecodeDelivery(v)
+		if err != nil {
+			return 0, fmt.Errorf("delivery %d/%d: %w", r.seq, r.num, err)
+		}
+		dl.State, dl.NextAtMs, dl.LastError = store.StateDead, 0, reason
+		_ = b.Set(store.DeliveryKey(r.seq, r.num), store.EncodeDelivery(dl), nil)
+		_ = b.Set(store.DeadKey(nowMs, r.seq, r.num), []byte(reason), nil)
+		moved++
+	}
+	if err := d.st.ApplySync(b); err != nil {
+		return 0, fmt.Errorf("dead-letter %d deliveries: %w", moved, err)
+	}
+	d.deadGauge.Add(int64(moved))
+	return moved, nil
+}
