@@ -393,3 +393,38 @@ func TestDual_OffsetIsSeededFromTheStoredRow(t *testing.T) {
 		t.Fatalf("offset after open = %d, want the stored 3", s.Offset)
 	}
 }
+
+// TestRecovery_RepublishAboveTheWatermarkLeavesHooksAtOrBelowItAlone is the
+// ADR's case: boot republishes exactly the local hooks with seq > the
+// watermark; those at or below it are in the log already and are not
+// published again.
+func TestRecovery_RepublishAboveTheWatermarkLeavesHooksAtOrBelowItAlone(t *testing.T) {
+	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	for i := range 6 {
+		if _, err := q.Submit(context.Background(), rec(fmt.Sprint(i), "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+	b := st.NewBatch()
+	_ = b.Set(queue.KeyIntakeSeq, store.U64(4), nil) // seqs 1..4 confirmed in the log
+	if err := st.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, r := range lg.Records() {
+		seqs = append(seqs, r.Seq)
+	}
+	if sum.Republished != 2 || len(seqs) != 2 || seqs[0] != 5 || seqs[1] != 6 {
+		t.Fatalf("republished %d, log holds seqs %v; want exactly 5 and 6", sum.Republished, seqs)
+	}
+	if v, _ := st.Get(queue.KeyIntakeSeq); string(v) != string(store.U64(6)) {
+		t.Fatalf("watermark after the republish = %x, want 6", v)
+	}
+}

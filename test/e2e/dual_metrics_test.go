@@ -1,11 +1,21 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/intake/memory"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 // intakeSeries are the ankusa_intake_* names of ADR section 11, as a scrape
@@ -98,5 +108,59 @@ func TestE2E_DualMetricsEveryIntakeSeriesAndNoneGrowWithTenants(t *testing.T) {
 	}
 	if wal2.Intake.Offset < offset {
 		t.Errorf("GET /v1/wal after a restart: intake.offset = %d, want the stored offset (at least %d)", wal2.Intake.Offset, offset)
+	}
+}
+
+// TestE2E_UpgradeOldStoreBootsUnderDualStampsAndRepublishesEverything is
+// the ADR's upgrade case (section 12, disk → dual): a store written under
+// wal.type: disk has no intake rows. Its first dual boot stamps them and
+// republishes every local hook before it serves, so the hooks acked under
+// disk are covered by the log from that boot on.
+func TestE2E_UpgradeOldStoreBootsUnderDualStampsAndRepublishesEverything(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, status(http.StatusServiceUnavailable)) // the hooks stay in the store
+	dataDir, intakeDir := t.TempDir(), filepath.Join(t.TempDir(), "intake")
+	old := startInstance(t, rc, func(c *config.Config) { c.Node.DataDir = dataDir })
+	ids := map[string]bool{}
+	for range 5 {
+		ids[old.post(`{"acked":"under disk"}`, "application/json")] = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := old.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	in, stop := startDual(t, dualConfig(t, rc, dataDir, intakeDir, "node-a"))
+	var wal walIntakeView
+	if code := in.api(http.MethodGet, "/v1/wal", nil, &wal); code != http.StatusOK || wal.Intake == nil {
+		t.Fatalf("GET /v1/wal = %d %+v", code, wal.Intake)
+	}
+	if wal.Intake.Watermark != 5 || wal.Intake.Pending != 0 {
+		t.Errorf("after the first dual boot: watermark %d pending %d, want 5 and 0", wal.Intake.Watermark, wal.Intake.Pending)
+	}
+	stop()
+
+	lg, err := memory.Open(memory.Options{Dir: intakeDir, Node: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := lg.Records()
+	_ = lg.Close()
+	for _, r := range recs {
+		delete(ids, uuid.UUID(r.ID).String())
+	}
+	if len(recs) != 5 || len(ids) != 0 {
+		t.Fatalf("log holds %d records; hooks acked under disk missing from it: %v", len(recs), ids)
+	}
+	st, err := store.Open(store.Options{Dir: filepath.Join(dataDir, "store"), Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	node, _ := st.Get([]byte("m:intake_node"))
+	wm, _ := st.Get(queue.KeyIntakeSeq)
+	if string(node) != "node-a" || string(wm) != string(store.U64(5)) {
+		t.Errorf("stamped rows: m:intake_node %q, m:intake_seq %x; want node-a and 5", node, wm)
 	}
 }
