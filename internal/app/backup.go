@@ -21,7 +21,7 @@ import (
 // keyIncarnation names the store's life since its last restore: a restored
 // store mints a new one, so records written after a restore are told apart
 // from the lost node's.
-var keyIncarnation = []byte("m:incarnation")
+var keyIncarnation = store.KeyIncarnation
 
 // restoreIfEmpty restores the latest backup into an empty store dir
 // (primary, then secondary). It reports whether a restore happened. A
@@ -110,10 +110,8 @@ func clearRestoreMarker(dir string) error { return backup.RemoveMarker(dir) }
 
 // incarnation reads the store's incarnation ("0" before any restore).
 func incarnation(st *store.Store) string {
-	if v, _ := st.Get(keyIncarnation); len(v) > 0 {
-		return string(v)
-	}
-	return "0"
+	v, _ := st.Incarnation()
+	return v
 }
 
 // backupLoop runs a backup every interval_ms, backs off after a failure,

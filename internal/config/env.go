@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // envOverride maps one ANKUSA_* variable onto one key. Adding an override is
@@ -30,7 +31,32 @@ func envOverrides() []envOverride {
 		{"ANKUSA_WAL_TYPE", "wal.type", setString(func(c *Config) *string { return &c.WAL.Type })},
 		{"ANKUSA_INTAKE_TYPE", "intake.type", setString(func(c *Config) *string { return &c.Intake.Type })},
 		{"ANKUSA_INTAKE_NODE_ID", "intake.node_id", setString(func(c *Config) *string { return &c.Intake.NodeID })},
+		{"ANKUSA_BACKUP_ENABLED", "backup.enabled", setBool(func(c *Config) *bool { return &c.Backup.Enabled })},
 	}
+}
+
+// envConfigPath names the config file (Load); it is not an override.
+const envConfigPath = "ANKUSA_CONFIG"
+
+// unknownEnv returns one violation per ANKUSA_* name that is neither an
+// override, ANKUSA_CONFIG, nor interpolated by the file (referenced).
+// Names nil (no environment to list) finds none.
+func unknownEnv(names []string, referenced map[string]bool) Errors {
+	known := map[string]bool{envConfigPath: true}
+	var list []string
+	for _, o := range envOverrides() {
+		known[o.env] = true
+		list = append(list, o.env)
+	}
+	var errs Errors
+	for _, n := range names {
+		if strings.HasPrefix(n, "ANKUSA_") && !known[n] && !referenced[n] {
+			errs = append(errs, &Error{Key: n, Rule: fmt.Sprintf(
+				"is not an environment override this version knows (known: %s, and ANKUSA_CONFIG); unset it, or reference it in the file as ${%s}",
+				strings.Join(list, ", "), n)})
+		}
+	}
+	return errs
 }
 
 // applyEnv applies every set, non-empty override. An empty value is treated
@@ -57,6 +83,17 @@ func applyEnv(c *Config, getenv func(string) (string, bool)) (map[string]string,
 func setString(field func(*Config) *string) func(*Config, string) error {
 	return func(c *Config, val string) error {
 		*field(c) = val
+		return nil
+	}
+}
+
+func setBool(field func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, val string) error {
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return errors.New("not a boolean")
+		}
+		*field(c) = b
 		return nil
 	}
 }

@@ -21,19 +21,48 @@ import (
 // ANKUSA_CONFIG) must exist: silently running the demo config because of a
 // typo in a path would be worse than refusing to start.
 //
-// getenv is os.LookupEnv in production; nil means os.LookupEnv. Violations
-// are returned as Errors (possibly wrapped), so callers can list them.
+// getenv nil means the process environment, as LoadEnv(path, os.Environ());
+// a getenv of its own (tests) skips the unknown-override check, which needs
+// every variable's name. Violations are returned as Errors (possibly
+// wrapped), so callers can list them.
 func Load(path string, getenv func(string) (string, bool)) (*Config, error) {
 	if getenv == nil {
-		getenv = os.LookupEnv
+		return LoadEnv(path, os.Environ())
 	}
+	return load(path, getenv, nil)
+}
+
+// LoadEnv is Load over environ (os.Environ's form, "NAME=value"). Besides
+// the lookups, it refuses every ANKUSA_* variable that is neither an
+// override (envOverrides), ANKUSA_CONFIG, nor a variable the file
+// interpolates: a misspelt override would otherwise change nothing, and the
+// node would run with a setting the operator believes is set.
+func LoadEnv(path string, environ []string) (*Config, error) {
+	vars := map[string]string{}
+	var names []string
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		if _, dup := vars[k]; !dup {
+			names = append(names, k)
+		}
+		vars[k] = v
+	}
+	return load(path, func(k string) (string, bool) {
+		v, ok := vars[k]
+		return v, ok
+	}, names)
+}
+
+// load is Load; names, when not nil, are every variable's name, for the
+// unknown-override check.
+func load(path string, getenv func(string) (string, bool), names []string) (*Config, error) {
 	if path == "" {
 		if p, ok := getenv("ANKUSA_CONFIG"); ok && p != "" {
 			path = p
 		} else if _, err := os.Stat(DefaultPath); err == nil {
 			path = DefaultPath
 		} else if errors.Is(err, fs.ErrNotExist) {
-			c, err := finish(Default(), getenv)
+			c, err := finish(Default(), getenv, unknownEnv(names, nil))
 			if err != nil {
 				return nil, fmt.Errorf("config (built-in default): %w", err)
 			}
@@ -47,7 +76,7 @@ func Load(path string, getenv func(string) (string, bool)) (*Config, error) {
 		// The *PathError already names the file.
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c, err := LoadBytes(data, getenv)
+	c, err := loadBytes(data, getenv, names)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -59,6 +88,17 @@ func Load(path string, getenv func(string) (string, bool)) (*Config, error) {
 func LoadBytes(data []byte, getenv func(string) (string, bool)) (*Config, error) {
 	if getenv == nil {
 		getenv = os.LookupEnv
+	}
+	return loadBytes(data, getenv, nil)
+}
+
+func loadBytes(data []byte, lookup func(string) (string, bool), names []string) (*Config, error) {
+	// The variables the file interpolates are the operator's own, whatever
+	// their names: never an unknown override.
+	referenced := map[string]bool{}
+	getenv := func(k string) (string, bool) {
+		referenced[k] = true
+		return lookup(k)
 	}
 	text, err := interpolate(data, getenv)
 	if err != nil {
@@ -88,13 +128,14 @@ func LoadBytes(data []byte, getenv func(string) (string, bool)) (*Config, error)
 		return nil, fmt.Errorf("decode YAML: %w", yamlError{err})
 	}
 	applyDefaults(&c, func(key string) bool { return present[key] })
-	return finish(&c, getenv)
+	return finish(&c, lookup, unknownEnv(names, referenced))
 }
 
 // finish applies env overrides and validates, reporting both kinds of
 // violation together.
-func finish(c *Config, getenv func(string) (string, bool)) (*Config, error) {
+func finish(c *Config, getenv func(string) (string, bool), unknown Errors) (*Config, error) {
 	setBy, errs := applyEnv(c, getenv)
+	errs = append(unknown, errs...)
 	completeIntakeMemory(c)
 	if err := c.Validate(); err != nil {
 		var verrs Errors

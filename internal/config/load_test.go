@@ -406,3 +406,44 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// backupOff is minimal with backups configured but off.
+const backupOff = minimal + `
+backup:
+  enabled: false
+  max_age_ms: 7200000
+  primary: file:///var/backups/ankusa
+  signing_key: 0123456789abcdef-test-key
+`
+
+// TestEnvBackupEnabled: ANKUSA_BACKUP_ENABLED (CONTRACTS) turns backups on
+// and off; a value that is not a boolean names the variable.
+func TestEnvBackupEnabled(t *testing.T) {
+	c := mustLoad(t, backupOff, env(map[string]string{"ANKUSA_BACKUP_ENABLED": "true"}))
+	if !c.Backup.Enabled {
+		t.Fatal("ANKUSA_BACKUP_ENABLED=true left backup.enabled false")
+	}
+	_, err := config.LoadBytes([]byte(backupOff), env(map[string]string{"ANKUSA_BACKUP_ENABLED": "maybe"}))
+	wantViolation(t, err, "backup.enabled", `ANKUSA_BACKUP_ENABLED="maybe": not a boolean`)
+}
+
+// TestUnknownEnvOverrideIsAnError: an ANKUSA_* variable the loader does not
+// know is refused by name (a typo would otherwise be a silent no-op), while
+// ANKUSA_CONFIG and variables the file interpolates stay valid.
+func TestUnknownEnvOverrideIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ankusa.yml")
+	if err := os.WriteFile(path, []byte(minimal+"log: {level: \"${ANKUSA_MY_LEVEL}\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ok := []string{"PATH=/bin", "ANKUSA_CONFIG=" + path, "ANKUSA_MY_LEVEL=debug", "ANKUSA_HTTP_PORT=5002"}
+	c, err := config.LoadEnv("", ok)
+	if err != nil {
+		t.Fatalf("known overrides, ANKUSA_CONFIG and an interpolated variable: %v", err)
+	}
+	if c.Log.Level != "debug" || c.HTTP.Port != 5002 {
+		t.Fatalf("log.level %q http.port %d, want debug and 5002", c.Log.Level, c.HTTP.Port)
+	}
+	_, err = config.LoadEnv("", append(ok, "ANKUSA_BAKUP_ENABLED=true"))
+	wantViolation(t, err, "ANKUSA_BAKUP_ENABLED", "is not an environment override this version knows")
+}

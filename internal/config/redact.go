@@ -106,6 +106,8 @@ func shownAs() map[string]func(string) string {
 		"sources.*.sinks[].http.url":     redactTokenURL,
 		"sources.*.sinks[].rabbitmq.url": redactURLStrict,
 		"sources.*.sinks[].nats.url":     redactNATSURLs,
+		// The same form as the NATS sink's: a list, and nats://TOKEN@host.
+		"intake.jetstream.url": redactNATSURLs,
 		// A template such as v0:{ts}:{body} parses as a URL with scheme
 		// v0; nothing here is a URL, so it is shown as written.
 		"sources.*.verify.signed":     asIs,

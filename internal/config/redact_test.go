@@ -236,3 +236,27 @@ func TestRedactedUnparsableSinkURLHidden(t *testing.T) {
 		}
 	}
 }
+
+// TestRedactedIntakeJetStreamURL: a token or password written into
+// intake.jetstream.url (nats://TOKEN@host, a comma-separated list) is
+// hidden by GET /v1/config like the NATS sink's.
+func TestRedactedIntakeJetStreamURL(t *testing.T) {
+	c := config.Default()
+	c.Intake.JetStream = &config.IntakeJetStream{
+		URL:    "nats://s3cr3t-token@n1:4222,nats://jsuser:hunter2@n2:4222",
+		Stream: "ANKUSA_INTAKE",
+	}
+	raw, err := json.Marshal(c.Redacted())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"s3cr3t-token", "hunter2"} {
+		if strings.Contains(string(raw), secret) {
+			t.Errorf("GET /v1/config shows %q: %s", secret, raw)
+		}
+	}
+	js := c.Redacted()["intake"].(map[string]any)["jetstream"].(map[string]any)
+	if got, want := js["url"], "nats://[REDACTED]@n1:4222,nats://jsuser:[REDACTED]@n2:4222"; got != want {
+		t.Errorf("intake.jetstream.url = %v, want %v", got, want)
+	}
+}

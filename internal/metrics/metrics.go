@@ -309,6 +309,7 @@ var (
 	descIntakeBytes = prometheus.NewDesc("ankusa_intake_pending_bytes", "Bytes held by the pending set.", nil, nil)
 	descIntakeAge   = prometheus.NewDesc("ankusa_intake_reconcile_oldest_age_seconds", "Age of the oldest pending record.", nil, nil)
 	descIntakeStuck = prometheus.NewDesc("ankusa_intake_reconcile_stuck", "Pending records past intake.reconcile_deadline_ms (alert when > 0).", nil, nil)
+	descIntakeLag   = prometheus.NewDesc("ankusa_intake_offset_lag_seconds", "Time since the stored intake offset last covered every record the log confirmed (alert above 3 x intake.offset_flush_ms).", nil, nil)
 	descIntakeReady = prometheus.NewDesc("ankusa_intake_ready", "1 when the intake gate is closed and the log answers, else 0.", nil, nil)
 )
 
@@ -395,7 +396,7 @@ type intakeCollector struct {
 }
 
 func (c *intakeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descIntakeRecs, descIntakeBytes, descIntakeAge, descIntakeStuck, descIntakeReady} {
+	for _, d := range []*prometheus.Desc{descIntakeRecs, descIntakeBytes, descIntakeAge, descIntakeStuck, descIntakeLag, descIntakeReady} {
 		ch <- d
 	}
 }
@@ -413,6 +414,7 @@ func (c *intakeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descIntakeBytes, prometheus.GaugeValue, float64(s.Pending.Bytes))
 	ch <- prometheus.MustNewConstMetric(descIntakeAge, prometheus.GaugeValue, s.Pending.OldestAge.Seconds())
 	ch <- prometheus.MustNewConstMetric(descIntakeStuck, prometheus.GaugeValue, float64(s.Pending.Stuck))
+	ch <- prometheus.MustNewConstMetric(descIntakeLag, prometheus.GaugeValue, s.OffsetLag.Seconds())
 	ch <- prometheus.MustNewConstMetric(descIntakeReady, prometheus.GaugeValue, ready)
 }
 

@@ -90,6 +90,11 @@ type dualState struct {
 	holdUntil atomic.Int64
 	// lastWarn (unix ns) rate-limits the reconciler's failure logs.
 	lastWarn atomic.Int64
+	// caughtUpAt (unix ns) is when the stored offset last covered every
+	// record the log had confirmed: ankusa_intake_offset_lag_seconds is
+	// the time since. A healthy node catches up at every offset flush; a
+	// record held in the log only (its local half failing) holds it back.
+	caughtUpAt atomic.Int64
 }
 
 // hold defers republishing after a throttled answer.
@@ -152,7 +157,45 @@ func newDualState(o DualOptions, b *batcher, log *slog.Logger, now func() time.T
 		log: log.With("component", "intake"), now: now, wakeRec: make(chan struct{}, 1),
 	}
 	d.pub = newPublisher(d)
+	d.caughtUpAt.Store(now().UnixNano())
 	return d
+}
+
+// seedMarks starts the offset at the stored m:intake_offset (boot, and
+// again after a boot replay moved it), so the node reports where its store
+// stands instead of -1 until the next publish. Every position up to the
+// stored offset is in the store (the row's invariant), so it is a valid
+// floor for the offset.
+func (w *writer) seedMarks() error {
+	if w.dual == nil {
+		return nil
+	}
+	v, err := w.st.Get(KeyIntakeOffset)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", KeyIntakeOffset, err)
+	}
+	if n, ok := store.ParseU64(v); ok {
+		p := w.dual.pending
+		p.mu.Lock()
+		p.completePos = max(p.completePos, intake.Position(n))
+		p.mu.Unlock()
+	}
+	w.dual.caughtUpAt.Store(w.dual.now().UnixNano())
+	return nil
+}
+
+// confirmedHead is the highest position the log confirmed to this process:
+// complete records and those held in the log only. -1 when none.
+func (p *pendingSet) confirmedHead() intake.Position {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	head := p.completePos
+	for _, e := range p.bySeq {
+		if e.logDone && e.pos > head {
+			head = e.pos
+		}
+	}
+	return head
 }
 
 // dualGroup joins the two halves of one group (ADR section 2): the local
@@ -486,6 +529,7 @@ func (w *writer) flushMarks() {
 	if w.dual == nil || w.fenced.Load() {
 		return
 	}
+	head := w.dual.pending.confirmedHead()
 	wm, off := w.dual.pending.marks(w.nextSeq)
 	b := w.st.NewBatch()
 	if b.Err() != nil {
@@ -498,6 +542,10 @@ func (w *writer) flushMarks() {
 	}
 	if err := w.st.Apply(b); err != nil {
 		w.fence(context.Background(), err)
+		return
+	}
+	if off >= head {
+		w.dual.caughtUpAt.Store(w.dual.now().UnixNano())
 	}
 }
 

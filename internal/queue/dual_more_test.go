@@ -908,3 +908,40 @@ func TestDual_HalfCommitsAreDeliveredOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestDual_OffsetLagGrowsOnlyWhileARecordHoldsTheOffsetBack: the gauge
+// behind ankusa_intake_offset_lag_seconds (ADR section 11) is the time
+// since the stored offset last covered every record the log confirmed. An
+// offset flush (here the final one of Close) resets it on a healthy node;
+// a record held in the log only keeps it growing.
+func TestDual_OffsetLagGrowsOnlyWhileARecordHoldsTheOffsetBack(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		logOnly bool
+		wantLag bool
+	}{
+		{"caught up at the flush", false, false},
+		{"held back by a log-only record", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newRCClock()
+			e, _ := newRCDual(t, queue.Options{Now: clock.now}, manual)
+			if s := answer(t, submitAsync(e.q, rec("ok", ""))); s.err != nil {
+				t.Fatal(s.err)
+			}
+			if tc.logOnly {
+				e.gate.FailNext(1)
+				if s := answer(t, submitAsync(e.q, rec("log only", ""))); !errors.Is(s.err, queue.ErrStoreUnavailable) {
+					t.Fatalf("log only: %v", s.err)
+				}
+				waitFences(t, e.q, 1)
+			}
+			clock.advance(10 * time.Second)
+			e.q.Close() // flushes the marks
+			lag := e.dual(t).OffsetLag
+			if got := lag >= 10*time.Second; got != tc.wantLag {
+				t.Fatalf("offset lag %s after 10 s, want lagging %v", lag, tc.wantLag)
+			}
+		})
+	}
+}

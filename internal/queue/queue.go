@@ -194,6 +194,9 @@ func New(st *store.Store, opts Options) (*Queue, error) {
 			return nil, errors.New("queue: dual commit needs an intake")
 		}
 		w.dual = newDualState(*opts.Dual, q.batcher, q.opts.Logger, q.opts.Now)
+		if err := w.seedMarks(); err != nil {
+			return nil, err
+		}
 	}
 	q.writer = w
 	return q, nil
@@ -201,7 +204,12 @@ func New(st *store.Store, opts Options) (*Queue, error) {
 
 // Reload reads next_seq and the counts back from the store again: boot
 // recovery wrote hooks after New. REQUIRES: Start not yet called.
-func (q *Queue) Reload() error { return q.writer.recover() }
+func (q *Queue) Reload() error {
+	if err := q.writer.recover(); err != nil {
+		return err
+	}
+	return q.writer.seedMarks()
+}
 
 // Start runs the writer and syncer goroutines until Close.
 func (q *Queue) Start() {
@@ -340,6 +348,9 @@ type DualStats struct {
 	Ready     bool
 	Watermark uint64
 	Offset    int64
+	// OffsetLag is how long since the stored offset last covered every
+	// record the log confirmed (ankusa_intake_offset_lag_seconds).
+	OffsetLag time.Duration
 	Pending   PendingStats
 }
 
@@ -353,6 +364,7 @@ func (q *Queue) Dual() (s DualStats, ok bool) {
 	return DualStats{
 		Node: d.node, GateOpen: d.gate.open(), Ready: d.in.Ready(),
 		Watermark: wm, Offset: int64(off),
-		Pending: d.pending.stats(q.opts.Now(), d.opts.ReconcileDeadline),
+		OffsetLag: max(0, q.opts.Now().Sub(time.Unix(0, d.caughtUpAt.Load()))),
+		Pending:   d.pending.stats(q.opts.Now(), d.opts.ReconcileDeadline),
 	}, true
 }

@@ -365,6 +365,12 @@ func (a *applier) commit(b *store.Batch, last intake.Position) error {
 // leave local hooks the log never confirmed. Duplicates are absorbed by the
 // apply rule.
 func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summary, next uint64, replayed map[uint64]bool) error {
+	// Republished records carry the store's incarnation, like the commit
+	// path's (docs/storage.md).
+	inc, err := st.Incarnation()
+	if err != nil {
+		return err
+	}
 	wm := uint64(0)
 	if v, err := st.Get(KeyIntakeSeq); err != nil {
 		return err
@@ -384,7 +390,7 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 				// A hook this replay just wrote is in the log already.
 				page = append(page, intake.Record{
 					Version: intake.RecordVersion, Kind: intake.KindHook, Node: o.Node, Seq: env.Seq, ID: env.ID,
-					Incarnation: "0", Tenant: env.Tenant, Source: env.Source, Value: append([]byte(nil), v...),
+					Incarnation: inc, Tenant: env.Tenant, Source: env.Source, Value: append([]byte(nil), v...),
 				})
 			}
 			return len(page) < 256

@@ -343,3 +343,88 @@ func TestRecovery_AllowGapWritesAnAuditRow(t *testing.T) {
 		t.Fatalf("audit rows = %+v, want one allow_gap row by ankusa recover naming 2 lost positions", rows)
 	}
 }
+
+// TestRecovery_RepublishCarriesTheStoresIncarnation: records republished at
+// boot carry the store's incarnation (docs/storage.md), like the commit
+// path's, not a placeholder.
+func TestRecovery_RepublishCarriesTheStoresIncarnation(t *testing.T) {
+	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	b := st.NewBatch()
+	_ = b.Set(store.KeyIncarnation, []byte("5f0c-restored"), nil)
+	if err := st.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	q := testutil.StartQueue(t, st, queue.Options{}) // hooks acked under disk: above the watermark
+	for i := range 3 {
+		if _, err := q.Submit(context.Background(), rec(fmt.Sprint(i), "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+	if _, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting }); err != nil {
+		t.Fatal(err)
+	}
+	recs := lg.Records()
+	if len(recs) != 3 {
+		t.Fatalf("log holds %d records, want the 3 republished", len(recs))
+	}
+	for _, r := range recs {
+		if r.Incarnation != "5f0c-restored" {
+			t.Fatalf("republished seq %d carries incarnation %q, want the store's %q", r.Seq, r.Incarnation, "5f0c-restored")
+		}
+	}
+}
+
+// TestDual_OffsetIsSeededFromTheStoredRow: after a restart (or a boot
+// replay) the offset the node reports is the stored m:intake_offset, not
+// -1 until the next publish.
+func TestDual_OffsetIsSeededFromTheStoredRow(t *testing.T) {
+	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+	ackIntoLog(t, lg, 4)
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	b := st.NewBatch()
+	_ = b.Set(queue.KeyIntakeOffset, store.U64(3), nil)
+	if err := st.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	q := testutil.StartQueue(t, st, queue.Options{Dual: &queue.DualOptions{Intake: lg, Node: "node-a", ReconcileEvery: -1}})
+	if s, _ := q.Dual(); s.Offset != 3 {
+		t.Fatalf("offset after open = %d, want the stored 3", s.Offset)
+	}
+}
+
+// TestRecovery_RepublishAboveTheWatermarkLeavesHooksAtOrBelowItAlone is the
+// ADR's case: boot republishes exactly the local hooks with seq > the
+// watermark; those at or below it are in the log already and are not
+// published again.
+func TestRecovery_RepublishAboveTheWatermarkLeavesHooksAtOrBelowItAlone(t *testing.T) {
+	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	for i := range 6 {
+		if _, err := q.Submit(context.Background(), rec(fmt.Sprint(i), "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+	b := st.NewBatch()
+	_ = b.Set(queue.KeyIntakeSeq, store.U64(4), nil) // seqs 1..4 confirmed in the log
+	if err := st.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, r := range lg.Records() {
+		seqs = append(seqs, r.Seq)
+	}
+	if sum.Republished != 2 || len(seqs) != 2 || seqs[0] != 5 || seqs[1] != 6 {
+		t.Fatalf("republished %d, log holds seqs %v; want exactly 5 and 6", sum.Republished, seqs)
+	}
+	if v, _ := st.Get(queue.KeyIntakeSeq); string(v) != string(store.U64(6)) {
+		t.Fatalf("watermark after the republish = %x, want 6", v)
+	}
+}

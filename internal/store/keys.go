@@ -34,7 +34,19 @@ var (
 	KeyStoreID = []byte("m:store_id")
 	KeyFormat  = []byte("m:format")
 	KeyProbe   = []byte("z:probe")
+	// KeyIncarnation names the store's life since its last restore (minted
+	// by the app at a restore; absent means "0"): intake records carry it.
+	KeyIncarnation = []byte("m:incarnation")
 )
+
+// Incarnation reads the store's incarnation, "0" before any restore.
+func (s *Store) Incarnation() (string, error) {
+	v, err := s.Get(KeyIncarnation)
+	if err != nil || len(v) == 0 {
+		return "0", err
+	}
+	return string(v), nil
+}
 
 // FormatVersion is the on-disk layout this code reads and writes.
 const FormatVersion = 1

@@ -25,6 +25,7 @@ func TestServe_BadConfigExits78(t *testing.T) {
 	tests := []struct {
 		name     string
 		yaml     string   // appended to node.data_dir; "" writes no file at all
+		env      []string // added to the child's environment
 		wantKeys []string // each must appear on the line: the keys (or file, variable) at fault
 	}{
 		{
@@ -73,6 +74,12 @@ func TestServe_BadConfigExits78(t *testing.T) {
 			wantKeys: []string{"admin.ip", "admin.tokens"},
 		},
 		{
+			name:     "unknown env override",
+			yaml:     validSources,
+			env:      []string{"ANKUSA_BAKUP_ENABLED=true"},
+			wantKeys: []string{"ANKUSA_BAKUP_ENABLED"},
+		},
+		{
 			name:     "several problems, one line",
 			yaml:     "http: {ip: 127.0.0.1, port: 70000}\nadmin: {ip: 127.0.0.1, port: -1}\nlog: {level: loud}\n" + validSources,
 			wantKeys: []string{"http.port", "admin.port", "log.level"},
@@ -93,7 +100,7 @@ func TestServe_BadConfigExits78(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, binPath, "serve", "--config", cfg)
 			cmd.Dir = dir
-			cmd.Env = childEnv()
+			cmd.Env = append(childEnv(), tc.env...)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			err := cmd.Run()

@@ -3,6 +3,9 @@ package memory
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -209,3 +212,30 @@ func (l *Log) ClearFaults() { l.faults.clear() }
 
 // SetReady sets what Ready reports (true at Open).
 func (l *Log) SetReady(ready bool) { l.ready.Store(ready) }
+
+// CopyTo writes a copy of this node's log, as it stands at one instant, to
+// dir (created): what the log host held when a drill cuts the node's power.
+// Appends wait while it copies, so the copy holds whole records only. Open
+// the copy with the same node id.
+func (l *Log) CopyTo(dir string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return ErrClosed
+	}
+	if err := mkdirSynced(dir); err != nil {
+		return err
+	}
+	data := make([]byte, l.end)
+	if _, err := l.f.ReadAt(data, 0); err != nil && l.end > 0 {
+		return fmt.Errorf("memory intake: copy %s: %w", l.path, err)
+	}
+	if err := writeFileSynced(filepath.Join(dir, filepath.Base(l.path)), data); err != nil {
+		return err
+	}
+	if l.start > 0 {
+		start := []byte(strconv.FormatInt(int64(l.start), 10) + "\n")
+		return writeFileSynced(filepath.Join(dir, filepath.Base(l.startPath)), start)
+	}
+	return nil
+}

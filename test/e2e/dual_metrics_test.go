@@ -1,0 +1,166 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/intake/memory"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+// intakeSeries are the ankusa_intake_* names of ADR section 11, as a scrape
+// shows them (a histogram by its _count).
+var intakeSeries = []string{
+	"ankusa_intake_publish_duration_seconds_count",
+	"ankusa_intake_failures_total",
+	"ankusa_intake_pending_records",
+	"ankusa_intake_pending_bytes",
+	"ankusa_intake_reconcile_oldest_age_seconds",
+	"ankusa_intake_reconcile_stuck",
+	"ankusa_intake_reconciled_total",
+	"ankusa_intake_refused_total",
+	"ankusa_intake_offset_lag_seconds",
+	"ankusa_intake_ready",
+	"ankusa_intake_replay_total",
+	"ankusa_intake_replay_duration_seconds",
+}
+
+// postTenant posts one hook to tenant's URL (http.routing: tenant_path).
+func postTenant(t *testing.T, in *instance, tenant string) {
+	t.Helper()
+	url := "http://" + in.IngestAddr() + "/webhooks/" + tenant + "/" + sourceID
+	resp, err := http.Post(url, "application/json", strings.NewReader(`{"t":"`+tenant+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST %s = %d, want 201", url, resp.StatusCode)
+	}
+}
+
+// TestE2E_DualMetricsEveryIntakeSeriesAndNoneGrowWithTenants is the ADR's
+// metrics case: every ankusa_intake_* series of section 11 is on /metrics
+// under dual, and the number of series does not grow with the number of
+// tenants (labels are fixed sets, none from request input; rule 8). It
+// then restarts the node: /v1/wal reports the stored offset at once, not
+// -1 until the next publish.
+func TestE2E_DualMetricsEveryIntakeSeriesAndNoneGrowWithTenants(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, status(http.StatusOK))
+	dataDir, intakeDir := t.TempDir(), filepath.Join(t.TempDir(), "intake")
+	cfg := dualConfig(t, rc, dataDir, intakeDir, "node-a")
+	cfg.HTTP.Routing = "tenant_path"
+	in, stop := startDual(t, cfg)
+
+	postTenant(t, in, "tenant-0") // every lazily created series exists now
+	before := in.metrics()
+	for _, name := range intakeSeries {
+		found := false
+		for k := range before {
+			if k == name || strings.HasPrefix(k, name+"{") {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("series %s is not on /metrics under wal.type: dual", name)
+		}
+	}
+	for i := 1; i < 50; i++ {
+		postTenant(t, in, fmt.Sprintf("tenant-%d", i))
+	}
+	after := in.metrics()
+	if len(after) != len(before) {
+		var grown []string
+		for k := range after {
+			if _, ok := before[k]; !ok {
+				grown = append(grown, k)
+			}
+		}
+		t.Errorf("/metrics has %d series after 50 tenants, %d after one; new: %v", len(after), len(before), grown)
+	}
+
+	var wal walIntakeView
+	if code := in.api(http.MethodGet, "/v1/wal", nil, &wal); code != http.StatusOK || wal.Intake == nil {
+		t.Fatalf("GET /v1/wal = %d %+v", code, wal.Intake)
+	}
+	offset := wal.Intake.Offset
+	if offset < 0 {
+		t.Fatalf("offset %d while serving, after 50 confirmed hooks", offset)
+	}
+	stop()
+
+	again, _ := startDual(t, cfg)
+	var wal2 walIntakeView
+	if code := again.api(http.MethodGet, "/v1/wal", nil, &wal2); code != http.StatusOK || wal2.Intake == nil {
+		t.Fatalf("GET /v1/wal after the restart = %d %+v", code, wal2.Intake)
+	}
+	if wal2.Intake.Offset < offset {
+		t.Errorf("GET /v1/wal after a restart: intake.offset = %d, want the stored offset (at least %d)", wal2.Intake.Offset, offset)
+	}
+}
+
+// TestE2E_UpgradeOldStoreBootsUnderDualStampsAndRepublishesEverything is
+// the ADR's upgrade case (section 12, disk → dual): a store written under
+// wal.type: disk has no intake rows. Its first dual boot stamps them and
+// republishes every local hook before it serves, so the hooks acked under
+// disk are covered by the log from that boot on.
+func TestE2E_UpgradeOldStoreBootsUnderDualStampsAndRepublishesEverything(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, status(http.StatusServiceUnavailable)) // the hooks stay in the store
+	dataDir, intakeDir := t.TempDir(), filepath.Join(t.TempDir(), "intake")
+	old := startInstance(t, rc, func(c *config.Config) { c.Node.DataDir = dataDir })
+	ids := map[string]bool{}
+	for range 5 {
+		ids[old.post(`{"acked":"under disk"}`, "application/json")] = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := old.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	in, stop := startDual(t, dualConfig(t, rc, dataDir, intakeDir, "node-a"))
+	var wal walIntakeView
+	if code := in.api(http.MethodGet, "/v1/wal", nil, &wal); code != http.StatusOK || wal.Intake == nil {
+		t.Fatalf("GET /v1/wal = %d %+v", code, wal.Intake)
+	}
+	if wal.Intake.Watermark != 5 || wal.Intake.Pending != 0 {
+		t.Errorf("after the first dual boot: watermark %d pending %d, want 5 and 0", wal.Intake.Watermark, wal.Intake.Pending)
+	}
+	stop()
+
+	lg, err := memory.Open(memory.Options{Dir: intakeDir, Node: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := lg.Records()
+	_ = lg.Close()
+	for _, r := range recs {
+		delete(ids, uuid.UUID(r.ID).String())
+	}
+	if len(recs) != 5 || len(ids) != 0 {
+		t.Fatalf("log holds %d records; hooks acked under disk missing from it: %v", len(recs), ids)
+	}
+	st, err := store.Open(store.Options{Dir: filepath.Join(dataDir, "store"), Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	node, _ := st.Get([]byte("m:intake_node"))
+	wm, _ := st.Get(queue.KeyIntakeSeq)
+	if string(node) != "node-a" || string(wm) != string(store.U64(5)) {
+		t.Errorf("stamped rows: m:intake_node %q, m:intake_seq %x; want node-a and 5", node, wm)
+	}
+}
