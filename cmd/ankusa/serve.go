@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +30,13 @@ func serve(args []string) int {
 	log := newLogger(cfg.Log)
 	slog.SetDefault(log)
 	raiseFDLimit(log)
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// The garbage collector works harder as the heap nears the
+		// ceiling instead of letting it double past it (GOGC's default).
+		limit := app.MemoryCeiling(cfg)
+		debug.SetMemoryLimit(limit)
+		log.Info("memory limit", "bytes", limit)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -278,6 +278,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		Routing:      cfg.HTTP.Routing,
 		Prefix:       cfg.HTTP.Prefix,
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
+		Budget:       edge.NewBudget(cfg.HTTP.MaxInflightBodyBytes),
 		Sources:      in.sources,
 		Limiter:      in.limiter,
 		Quarantine:   pen,

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -88,9 +87,12 @@ type Options struct {
 	Routing      string // "path" | "tenant_path"
 	Prefix       string
 	MaxBodyBytes int64
-	Sources      *Registry
-	Committer    Committer
-	Observer     Observer
+	// Budget bounds the bodies held across all requests (nil: a budget of
+	// 256 MiB, or MaxBodyBytes if larger).
+	Budget    *Budget
+	Sources   *Registry
+	Committer Committer
+	Observer  Observer
 	// Limiter, when set, rate-limits accepted and flag-accepted hooks per
 	// tenant; forged traffic is never charged to a tenant.
 	Limiter Limiter
@@ -123,6 +125,9 @@ func New(o Options) *Handler {
 	}
 	if o.IntakeRetryAfterSecs <= 0 {
 		o.IntakeRetryAfterSecs = 2
+	}
+	if o.Budget == nil {
+		o.Budget = NewBudget(max(256<<20, o.MaxBodyBytes))
 	}
 	return &Handler{o: o, log: o.Logger.With("component", "edge")}
 }
@@ -196,9 +201,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, start, src.ID, http.StatusBadRequest, "invalid_header", map[string]any{"error": "invalid_header", "header": bad})
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
+	var held int64
+	defer func() { h.o.Budget.Release(held) }()
+	body, err := readBody(w, r, h.o.Budget, h.o.MaxBodyBytes, &held)
 	if err != nil {
 		var mbe *http.MaxBytesError
+		if errors.Is(err, errBudget) {
+			// Refused before the body is read (declared length) or as soon
+			// as it stops fitting (chunked): the provider retries later.
+			// Connection: close keeps the server from reading the rest of
+			// an unadmitted body before it answers.
+			w.Header().Set("Connection", "close")
+			h.unavailable(w, start, src.ID, "overload", h.o.RetryAfterSecs)
+			return
+		}
 		if errors.As(err, &mbe) {
 			h.tooLarge(w, start, src.ID)
 			return

@@ -80,10 +80,13 @@ sources:
 // startNodeWith is startNode with a config of the caller's: cfg gets the
 // ports picked for this attempt. The retry on a taken port, the log file,
 // the readiness wait and the cleanup are startNode's.
-func startNodeWith(t testing.TB, workDir, dataDir, name string, cfg func(httpPort, adminPort int) string) *node {
+//
+// wrap, if given, is a command line the binary is started under (the
+// binary and its arguments are appended), e.g. a shell lowering a limit.
+func startNodeWith(t testing.TB, workDir, dataDir, name string, cfg func(httpPort, adminPort int) string, wrap ...string) *node {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
-		n, err := tryStartNodeWith(t, workDir, fmt.Sprintf("%s-%d", name, attempt), cfg)
+		n, err := tryStartNodeWith(t, workDir, fmt.Sprintf("%s-%d", name, attempt), cfg, wrap...)
 		if err == nil {
 			return n
 		}
@@ -98,7 +101,7 @@ func startNodeWith(t testing.TB, workDir, dataDir, name string, cfg func(httpPor
 	}
 }
 
-func tryStartNodeWith(t testing.TB, workDir, name string, cfg func(httpPort, adminPort int) string) (*node, error) {
+func tryStartNodeWith(t testing.TB, workDir, name string, cfg func(httpPort, adminPort int) string, wrap ...string) (*node, error) {
 	httpPort, adminPort := freePort(t), freePort(t)
 	for adminPort == httpPort {
 		adminPort = freePort(t)
@@ -114,7 +117,8 @@ func tryStartNodeWith(t testing.TB, workDir, name string, cfg func(httpPort, adm
 	}
 	defer logFile.Close() // the child holds its own descriptor
 
-	cmd := exec.Command(binPath, "serve", "--config", cfgPath)
+	argv := append(append([]string(nil), wrap...), binPath, "serve", "--config", cfgPath)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = workDir
 	cmd.Env = childEnv()
 	cmd.Stdout, cmd.Stderr = logFile, logFile
