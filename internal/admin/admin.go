@@ -11,6 +11,7 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -51,6 +52,9 @@ type Deps struct {
 	Commit     string // the build's VCS revision (-ldflags), shown by /health
 	Logger     *slog.Logger
 	Now        func() time.Time // nil = time.Now
+	// Fleet, when set (dedupe.scope: fleet), is pinged by /ready: a node
+	// whose claim store does not answer cannot take dedupe-keyed hooks.
+	Fleet interface{ Ping(context.Context) error }
 	// Readiness, when set, is the check New serves /ready with. Pass the
 	// one given to HealthHandler so both ports share one probe cache (at
 	// most one probe write per second in all); nil builds a new one.

@@ -23,7 +23,8 @@ const (
 
 // Readiness answers GET /ready: can this node ack a hook now?
 //
-// Ready means all four of:
+// Ready means all four of (and, under dedupe.scope: fleet, a claim store
+// that answers a ping):
 //  1. the queue is not fenced (after a failed fsync nothing is acked until
 //     the unsynced groups are removed);
 //  2. the store has not failed a write or fsync in the last failureWindow;
@@ -51,8 +52,9 @@ type Readiness struct {
 	now        func() time.Time
 	instance   string
 	log        *slog.Logger
-	probeWrite func(now time.Time) error // a seam for tests; default writeProbe
-	recovering func() bool               // nil: never
+	probeWrite func(now time.Time) error                // a seam for tests; default writeProbe
+	recovering func() bool                              // nil: never
+	fleet      interface{ Ping(context.Context) error } // nil: node scope
 
 	// mu guards every field below it.
 	mu       sync.Mutex
@@ -78,6 +80,7 @@ func NewReadiness(d Deps) *Readiness {
 		log:        d.Logger.With("component", "readiness"),
 		ready:      true,
 		recovering: d.Recovering,
+		fleet:      d.Fleet,
 	}
 	r.probeWrite = r.writeProbe
 	return r
@@ -85,7 +88,8 @@ func NewReadiness(d Deps) *Readiness {
 
 // Check reports whether the node is ready and the body /ready answers
 // with: status, instance, store ("ok" | "failing"), intake (always "up" in
-// disk mode) and, when unready, reason ("fenced" | "recent_failure" |
+// disk mode), dedupe under dedupe.scope: fleet ("ok" | "down") and, when
+// unready, reason ("fenced" | "recent_failure" | "dedupe_down" |
 // "store_failed" | "probe_failed"). ctx bounds only the wait for a probe another caller
 // started; a probe write itself is never abandoned half way.
 func (r *Readiness) Check(ctx context.Context) (bool, map[string]any) {
@@ -123,8 +127,23 @@ func (r *Readiness) Check(ctx context.Context) (bool, map[string]any) {
 			reason = "intake_down"
 		}
 	}
+	dedupeState := ""
+	if r.fleet != nil {
+		// Ping is bounded by fleet.redis.timeout_ms; a claim store that
+		// does not answer means every dedupe-keyed hook would get 503.
+		dedupeState = "ok"
+		if err := r.fleet.Ping(ctx); err != nil {
+			dedupeState = "down"
+			if reason == "" {
+				reason = "dedupe_down"
+			}
+		}
+	}
 	ok := reason == ""
 	detail := map[string]any{"instance": r.instance, "intake": intakeState, "store": storeState}
+	if dedupeState != "" {
+		detail["dedupe"] = dedupeState
+	}
 	if ok {
 		detail["status"] = "ready"
 	} else {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/admin"
 	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/dedupe"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/intake"
@@ -82,6 +83,9 @@ type Instance struct {
 	backups    *backupLoop // nil unless backup.enabled
 	limiter    *ratelimit.GCRA
 	sources    *edge.Registry
+	// fleet and settler are nil unless dedupe.scope: fleet.
+	fleet   *dedupe.FleetClaims
+	settler *dedupe.Settler
 
 	// The listeners' handlers and options are built by New; the servers
 	// exist once StartContext has bound the ports.
@@ -251,7 +255,29 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	in.metrics.WatchDispatch(disp.Gauges)
 	in.metrics.WatchQueue(q.Stats, st.DiskBytes)
 
+	var claims dedupe.Claimer
+	if cfg.Dedupe.Scope == "fleet" {
+		in.fleet, err = dedupe.NewFleetClaims(dedupe.FleetOptions{
+			URL: cfg.Fleet.Redis.URL, Prefix: cfg.Fleet.KeyPrefix,
+			PendingTTL: time.Duration(cfg.Fleet.PendingTTLMs) * time.Millisecond,
+			Timeout:    time.Duration(cfg.Fleet.Redis.TimeoutMs) * time.Millisecond,
+			Observer:   in.metrics,
+		})
+		if err != nil {
+			closeTargets(targets)
+			in.closeIntake()
+			_ = st.Close()
+			return nil, err
+		}
+		in.metrics.InitFleet(in.fleet.Up)
+		// Sized like the pending set: every carried record may hold a claim.
+		in.settler = dedupe.NewSettler(in.fleet, max(cfg.Intake.Pending.MaxRecords, 1024), o.Logger)
+		claims = in.fleet
+	}
 	deps := admin.Deps{Recovering: in.recovering.Load, Config: cfg, Store: st, Queue: q, Dispatch: disp, Quarantine: pen, Registry: in.reg, Version: o.Version, Commit: o.Commit, Logger: o.Logger}
+	if in.fleet != nil {
+		deps.Fleet = in.fleet
+	}
 	ready := admin.NewReadiness(deps)
 	deps.Readiness = ready // one probe cache for both ports
 	ingestMux := http.NewServeMux()
@@ -285,6 +311,9 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		Committer:    q,
 		Observer:     in.metrics,
 		Logger:       o.Logger,
+		Claims:       claims,
+		Settler:      in.settler,
+		Holder:       holder(q, dual != nil),
 
 		IntakeRetryAfterSecs: cfg.Intake.RetryAfterS,
 	})))
@@ -331,6 +360,14 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		return nil, err
 	}
 	return in, nil
+}
+
+// holder is the queue's claim hold under dual, else nil (nothing is carried).
+func holder(q *queue.Queue, dual bool) edge.Holder {
+	if !dual {
+		return nil
+	}
+	return q
 }
 
 func (in *Instance) closeIntake() {
@@ -411,6 +448,9 @@ func (in *Instance) StartContext(ctx context.Context) error {
 			return err
 		}
 	}
+	if in.settler != nil {
+		in.settler.Start()
+	}
 	in.queue.Start()
 	if in.backups != nil {
 		in.backups.start()
@@ -480,6 +520,11 @@ func (in *Instance) Stop(ctx context.Context) error {
 		in.apiSources.Close()
 	}
 	in.queue.Close()
+	if in.settler != nil {
+		// After the queue: its last held claims are settled, not dropped.
+		in.settler.Stop()
+		_ = in.fleet.Close()
+	}
 	if in.backups != nil {
 		// A clean stop leaves a final backup: its offset is the log head,
 		// so a replacement replays nothing it did not need to.

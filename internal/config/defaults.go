@@ -187,6 +187,7 @@ func applyDefaults(c *Config, given func(key string) bool) {
 	def(given, "dispatch.breaker_cooldown_ms", &d.BreakerCooldownMs, defaultBreakerCooldownMs)
 
 	applyIntakeDefaults(&c.Intake, given)
+	applyFleetDefaults(c, given)
 
 	r := &c.Retry
 	def(given, "retry.base_ms", &r.BaseMs, defaultRetryBaseMs)

@@ -51,6 +51,8 @@ func shownInClear() []string {
 		"intake.fleet",
 		"intake.memory.path",
 		"dedupe.scope",
+		"fleet.redis.url", // shown without its password (redactURL)
+		"fleet.key_prefix",
 		"sources.*.tenant",
 		"sources.*.verify.type",
 		// The scheme's shape: header names, templates, enums. Only the

@@ -13,13 +13,15 @@ import (
 
 // Config is the whole effective configuration of one instance.
 type Config struct {
-	Node     NodeConfig     `yaml:"node" json:"node"`
-	HTTP     HTTPConfig     `yaml:"http" json:"http"`
-	Admin    AdminConfig    `yaml:"admin" json:"admin"`
-	Log      LogConfig      `yaml:"log" json:"log"`
-	Batcher  BatcherConfig  `yaml:"batcher" json:"batcher"`
-	WAL      WALConfig      `yaml:"wal" json:"wal"`
-	Dedupe   DedupeConfig   `yaml:"dedupe" json:"dedupe"`
+	Node    NodeConfig    `yaml:"node" json:"node"`
+	HTTP    HTTPConfig    `yaml:"http" json:"http"`
+	Admin   AdminConfig   `yaml:"admin" json:"admin"`
+	Log     LogConfig     `yaml:"log" json:"log"`
+	Batcher BatcherConfig `yaml:"batcher" json:"batcher"`
+	WAL     WALConfig     `yaml:"wal" json:"wal"`
+	Dedupe  DedupeConfig  `yaml:"dedupe" json:"dedupe"`
+	// Fleet is the shared claim store of dedupe.scope: fleet.
+	Fleet    FleetConfig    `yaml:"fleet" json:"fleet"`
 	Intake   IntakeConfig   `yaml:"intake" json:"intake"`
 	Backup   BackupConfig   `yaml:"backup" json:"backup"`
 	Dispatch DispatchConfig `yaml:"dispatch" json:"dispatch"`
@@ -289,7 +291,9 @@ type WALConfig struct {
 
 // DedupeConfig holds the node-wide dedupe settings.
 type DedupeConfig struct {
-	Scope string `yaml:"scope" json:"scope"` // "node" (default); "fleet" refused until it ships
+	// Scope: "node" (default; the store's rows) or "fleet" (Redis claims
+	// shared by every node, fleet.*).
+	Scope string `yaml:"scope" json:"scope"`
 	// SweepIntervalMs is how often expired dedupe keys are swept. Default 60_000, 1_000..3_600_000.
 	SweepIntervalMs int `yaml:"sweep_interval_ms" json:"sweep_interval_ms"`
 	// SweepBatch bounds one sweep pass. Default 1_000, 1..100_000.

@@ -28,7 +28,7 @@ func (c *Config) Validate() error {
 	v.oneOf("wal.type", c.WAL.Type, []string{"disk", "dual"}, []string{"none"}, "")
 	c.validateIntake(v)
 	c.validateBackup(v)
-	v.oneOf("dedupe.scope", c.Dedupe.Scope, []string{"node"}, []string{"fleet"}, "")
+	c.validateFleet(v)
 	intRange(v, "dedupe.sweep_interval_ms", c.Dedupe.SweepIntervalMs, 1_000, 3_600_000)
 	intRange(v, "dedupe.sweep_batch", c.Dedupe.SweepBatch, 1, 100_000)
 	c.validateDispatch(v)

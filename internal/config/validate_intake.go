@@ -113,10 +113,8 @@ func (c *Config) validateIntake(v *validator) {
 		v.add("intake.pending.max_bytes", "must be at least intake.max_record_bytes (%d) when wal.type is dual, got %d",
 			in.MaxRecordBytes, in.Pending.MaxBytes)
 	}
-	// Dual also requires backups (backup.enabled with backup.max_age_ms, ADR
-	// section 11), and intake.reconcile_deadline_ms < fleet.pending_ttl_ms
-	// under dedupe.scope: fleet. Neither the backup nor the fleet keys exist
-	// yet: the issues that add them add these refusals with them.
+	// Dual also requires backups (backup.go) and, under dedupe.scope: fleet,
+	// intake.reconcile_deadline_ms < fleet.pending_ttl_ms (fleet.go).
 }
 
 // intakeName checks a node id or fleet name. Beyond the ADR's alphabet, a

@@ -125,7 +125,18 @@ func TestRules(t *testing.T) {
 		{"wal dual needs intake", func(c *config.Config) { c.WAL.Type = "dual" }, "intake.type", "required when wal.type is dual"},
 		{"wal none", func(c *config.Config) { c.WAL.Type = "none" }, "wal.type", `"none" is not available yet (supported: disk|dual)`},
 		{"wal typo", func(c *config.Config) { c.WAL.Type = "dsk" }, "wal.type", `must be one of disk|dual, got "dsk"`},
-		{"dedupe fleet", func(c *config.Config) { c.Dedupe.Scope = "fleet" }, "dedupe.scope", `"fleet" is not available yet (supported: node)`},
+		{"dedupe scope typo", func(c *config.Config) { c.Dedupe.Scope = "global" }, "dedupe.scope", `must be one of node|fleet, got "global"`},
+		{"fleet needs a redis url", func(c *config.Config) { c.Dedupe.Scope = "fleet" }, "fleet.redis.url", "required when dedupe.scope is fleet"},
+		{"fleet redis url scheme", func(c *config.Config) {
+			c.Dedupe.Scope, c.Fleet.Redis.URL = "fleet", "http://:hunter2@127.0.0.1:6379"
+		}, "fleet.redis.url", "must be a redis:// or rediss:// URL with a host"},
+		{"fleet valid", func(c *config.Config) { c.Dedupe.Scope, c.Fleet.Redis.URL = "fleet", "redis://127.0.0.1:6379/0" }, "", ""},
+		{"fleet pending ttl range", func(c *config.Config) {
+			c.Dedupe.Scope, c.Fleet.Redis.URL, c.Fleet.PendingTTLMs = "fleet", "redis://127.0.0.1:6379", 999
+		}, "fleet.pending_ttl_ms", "must be between 1000 and 600000, got 999"},
+		{"fleet key prefix", func(c *config.Config) {
+			c.Dedupe.Scope, c.Fleet.Redis.URL, c.Fleet.KeyPrefix = "fleet", "redis://127.0.0.1:6379", "a b"
+		}, "fleet.key_prefix", "must match"},
 		{"verify type typo", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Verify.Type = "hmca" }) }, "sources.demo.verify.type", `, got "hmca"`},
 		{"sink type", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Sinks[0].Type = "smtp" }) }, "sources.demo.sinks[0].type", `must be one of log|http|kafka|nats|rabbitmq, got "smtp"`},
 		{"role bad", func(c *config.Config) { c.Node.Roles = []string{"ingest", "relay"} }, "node.roles[1]", `got "relay"`},

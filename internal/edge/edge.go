@@ -104,6 +104,20 @@ type Options struct {
 	// IntakeRetryAfterSecs is the Retry-After of 503 intake_unavailable
 	// (intake.retry_after_s); default 2.
 	IntakeRetryAfterSecs int
+	// Claims is the fleet dedupe claim store (dedupe.scope: fleet); nil
+	// under node scope, where the writer's store rows are the dedupe.
+	Claims dedupe.Claimer
+	// Settler runs the settles of claims the queue holds; required with
+	// Claims under wal.type: dual.
+	Settler *dedupe.Settler
+	// Holder is the queue's hold of a carried record's claim; nil outside dual.
+	Holder Holder
+}
+
+// Holder hands a carried record's claim to the queue (queue.Queue.Hold):
+// false means the record already completed, and the caller promotes.
+type Holder interface {
+	Hold(id [16]byte, h queue.ClaimHolder) bool
 }
 
 // Handler serves POST {prefix}/{source} or {prefix}/{tenant}/{source}.
@@ -277,7 +291,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if k := src.Dedupe.Key(r.Header, body); k != "" && !flagged {
 		rec.DedupeKey, rec.DedupeTTL = k, src.Dedupe.TTL()
 	}
-	res, err := h.o.Committer.Submit(r.Context(), rec)
+	var res queue.Result
+	if h.o.Claims != nil && rec.DedupeKey != "" {
+		var done bool
+		if res, done, err = h.submitClaimed(w, r, start, rec); done {
+			return
+		}
+	} else {
+		res, err = h.o.Committer.Submit(r.Context(), rec)
+	}
 	switch {
 	case err == nil:
 		outcome := OutcomeAccepted
@@ -325,6 +347,69 @@ func (h *Handler) unavailable(w http.ResponseWriter, start time.Time, label, rea
 	writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": reason})
 	h.o.Observer.Ingest(label, OutcomeRefused, h.o.Now().Sub(start))
 }
+
+// submitClaimed is the fleet scope's commit (ADR section 3): claim the key,
+// commit, then settle the claim from the answer. done means the request
+// was already answered (a claim refusal or a committed duplicate).
+func (h *Handler) submitClaimed(w http.ResponseWriter, r *http.Request, start time.Time, rec *queue.Record) (queue.Result, bool, error) {
+	c, err := h.o.Claims.Claim(r.Context(), rec.Tenant, rec.Source, rec.DedupeKey)
+	switch {
+	case errors.Is(err, dedupe.ErrPending):
+		w.Header().Set("Retry-After", "1")
+		h.reject(w, start, rec.Source, http.StatusConflict, "dedupe_pending", map[string]any{"error": "dedupe_pending"})
+		return queue.Result{}, true, nil
+	case err != nil:
+		h.log.Warn("fleet claim failed; refusing", "source", rec.Source, "err", err)
+		h.unavailable(w, start, rec.Source, "dedupe_unavailable", h.o.RetryAfterSecs)
+		return queue.Result{}, true, nil
+	case c.Committed:
+		// The key names a hook another node acked: promote ran only after
+		// that hook was durable, so this duplicate never precedes it.
+		writeAccepted(w, queue.Result{ID: c.ID, Duplicate: true})
+		h.o.Observer.Ingest(rec.Source, OutcomeDuplicate, h.o.Now().Sub(start))
+		return queue.Result{}, true, nil
+	}
+	// The commit is not cut short by a vanished client: the claim must be
+	// settled from the real outcome (the batcher's deadline bounds it).
+	ctx := context.WithoutCancel(r.Context())
+	res, err := h.o.Committer.Submit(ctx, rec)
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err == nil {
+		if perr := h.o.Claims.Promote(sctx, c, res.ID, rec.DedupeTTL); perr != nil {
+			// The 201 stands: the hook is durable. The key stays pending until
+			// fleet.pending_ttl_ms — retries meanwhile get 409, later at worst
+			// a duplicate hook.
+			h.log.Warn("fleet claim promote failed", "source", rec.Source, "err", perr)
+		}
+		return res, false, nil
+	}
+	if id, carried := queue.Carried(err); carried && h.o.Holder != nil && h.o.Settler != nil {
+		// One half holds the record: the claim stays pending, held by the
+		// reconciler, which promotes it once both halves are confirmed.
+		hc := heldClaim{s: h.o.Settler, c: c, ttl: rec.DedupeTTL}
+		if !h.o.Holder.Hold(id, hc) {
+			hc.Promote(id) // the reconciler already finished (the ADR's "completed")
+		}
+		return res, false, err
+	}
+	// Refused before either half: nothing exists, so the key is free again.
+	if rerr := h.o.Claims.Release(sctx, c); rerr != nil {
+		h.log.Warn("fleet claim release failed", "source", rec.Source, "err", rerr)
+	}
+	return res, false, err
+}
+
+// heldClaim adapts a claim to queue.ClaimHolder through the settler, which
+// never blocks the queue's lock holder.
+type heldClaim struct {
+	s   *dedupe.Settler
+	c   dedupe.Claim
+	ttl time.Duration
+}
+
+func (hc heldClaim) Promote(id [16]byte) { hc.s.Promote(hc.c, id, hc.ttl) }
+func (hc heldClaim) Release()            { hc.s.Release(hc.c) }
 
 // captureHeaders keeps every request header for the stored hook (sorted,
 // lower-case names, values byte for byte) and reports the first header with

@@ -54,6 +54,8 @@ const (
 	// A connection refused at the ingest listener's cap (a canned 503).
 	ReasonMaxConns      = "max_conns"
 	ReasonMaxConnsPerIP = "max_conns_per_ip"
+	ReasonDedupePending = "dedupe_pending"
+	ReasonDedupeUnavail = "dedupe_unavailable"
 	ReasonOther         = "other"
 )
 
@@ -63,7 +65,7 @@ var reasons = []string{
 	ReasonOverload, ReasonStoreUnavailable, ReasonPayloadTooLarge, ReasonInvalidHeader,
 	ReasonBodyReadFailed, ReasonUnknownSource, ReasonClosed, ReasonIntakeUnavail, ReasonIntakePending,
 	ReasonVerifyFailed, ReasonRateLimited, ReasonQuarantineRate, ReasonQuarantineFull,
-	ReasonMaxConns, ReasonMaxConnsPerIP,
+	ReasonMaxConns, ReasonMaxConnsPerIP, ReasonDedupePending, ReasonDedupeUnavail,
 }
 
 // Buckets, in seconds. An ingest spans a group commit and one fsync; an
@@ -80,7 +82,8 @@ var (
 // Metrics holds every series of one instance, registered on the registry
 // given to New. It is safe for concurrent use.
 type Metrics struct {
-	reg *prometheus.Registry
+	reg         *prometheus.Registry
+	fleetClaims *prometheus.CounterVec // op, result; nil unless dedupe.scope: fleet
 
 	ingestRequests *prometheus.CounterVec // source_id, outcome
 	ingestDuration prometheus.Histogram
@@ -312,6 +315,40 @@ var (
 	descIntakeLag   = prometheus.NewDesc("ankusa_intake_offset_lag_seconds", "Time since the stored intake offset last covered every record the log confirmed (alert above 3 x intake.offset_flush_ms).", nil, nil)
 	descIntakeReady = prometheus.NewDesc("ankusa_intake_ready", "1 when the intake gate is closed and the log answers, else 0.", nil, nil)
 )
+
+var (
+	fleetOps     = []string{"claim", "promote", "release", "ping"}
+	fleetResults = []string{"ok", "error"}
+)
+
+// InitFleet registers ankusa_fleet_claims_total{op,result} and
+// ankusa_fleet_redis_up (dedupe.scope: fleet only); up is read at scrape.
+func (m *Metrics) InitFleet(up func() bool) {
+	m.fleetClaims = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ankusa_fleet_claims_total", Help: "Calls to the fleet dedupe claim store (Redis), by operation and result.",
+	}, []string{"op", "result"})
+	for _, op := range fleetOps {
+		for _, r := range fleetResults {
+			m.fleetClaims.WithLabelValues(op, r)
+		}
+	}
+	m.reg.MustRegister(m.fleetClaims, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ankusa_fleet_redis_up", Help: "1 when the last call to the fleet claim store succeeded, else 0 (ingest of dedupe-keyed hooks answers 503).",
+	}, func() float64 {
+		if up() {
+			return 1
+		}
+		return 0
+	}))
+}
+
+// FleetClaim counts one claim store call (dedupe.FleetObserver).
+func (m *Metrics) FleetClaim(op, result string) {
+	if m.fleetClaims == nil {
+		return
+	}
+	m.fleetClaims.WithLabelValues(normalise(op, fleetOps, "claim"), normalise(result, fleetResults, "error")).Inc()
+}
 
 // InitIntake registers the ankusa_intake_* series (wal.type: dual only) and
 // the gauges read from stats at scrape time.

@@ -408,7 +408,9 @@ func (g *dualGroup) resolve() {
 	}
 	for _, r := range g.replies {
 		if err != nil {
-			d.answer(r.it, outcome{err: err})
+			// Every record of the group exists in one half (or is an in-group
+			// duplicate of one that does): carried, not refused.
+			d.answer(r.it, outcome{err: &CarriedError{ID: r.res.ID, Err: err}})
 		} else {
 			d.answer(r.it, outcome{res: r.res})
 		}
@@ -580,6 +582,7 @@ func (r *reconciler) run(ctx context.Context) {
 func (r *reconciler) pass(ctx context.Context) time.Time {
 	r.d.passMu.Lock()
 	defer r.d.passMu.Unlock()
+	r.d.pending.releaseStuckClaims(r.d.now(), r.d.opts.ReconcileDeadline)
 	es := r.d.pending.carried()
 	if len(es) == 0 {
 		return time.Time{}

@@ -29,6 +29,7 @@ type pendingEntry struct {
 	pos       intake.Position // valid when logDone
 	inflight  bool            // the commit's own halves have not both answered
 	stuck     bool            // permanent class: retried, never dropped
+	claim     ClaimHolder     // a held fleet claim (claims.go), or nil
 }
 
 // pendingSet indexes carried and in-flight records by seq, id and dedupe
@@ -123,6 +124,7 @@ func (p *pendingSet) add(es []*pendingEntry) {
 
 // removeLocked drops a complete entry. REQUIRES: p.mu held.
 func (p *pendingSet) removeLocked(e *pendingEntry) {
+	e.settleClaimLocked()
 	delete(p.bySeq, e.seq)
 	delete(p.byID, e.id)
 	if e.dedupe != "" && p.byDedupe[e.dedupe] == e {

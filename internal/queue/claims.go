@@ -1,0 +1,92 @@
+package queue
+
+import (
+	"errors"
+	"time"
+)
+
+// Fleet dedupe claims of carried records (ADR section 3, "hold"). A record
+// answered 503 because one half failed is not refused: it is carried, and
+// its claim must stay pending — a retry meeting it is answered 409, never
+// admitted as a second hook — until the record is confirmed in both places
+// (promote: a retry is then a 201 duplicate with the first id) or is stuck
+// past reconcile_deadline_ms (release: the one sanctioned second hook id).
+//
+// Invariants, kept by pendingSet.hold, removeLocked and releaseStuckClaims,
+// all under pendingSet.mu:
+//  1. A held claim is settled exactly once: promote when its entry leaves
+//     the set (both halves confirmed), or release when the entry is first
+//     seen past the deadline, whichever comes first.
+//  2. Hold on an entry that already left the set returns false ("completed",
+//     the race of the ADR): the caller promotes the claim itself.
+
+// ClaimHolder is a held fleet claim. Its methods run under the pending
+// set's lock, so they must not block (dedupe.Settler queues them).
+type ClaimHolder interface {
+	Promote(id [16]byte)
+	Release()
+}
+
+// CarriedError is the answer for a record that exists in one half and is
+// carried to completion (it was not refused; the provider still got 503).
+// It unwraps to ErrIntakeUnavailable or ErrStoreUnavailable, whose 503 the
+// edge answers; ID is the record's hook id, for Hold.
+type CarriedError struct {
+	ID  [16]byte
+	Err error
+}
+
+func (e *CarriedError) Error() string { return "carried: " + e.Err.Error() }
+func (e *CarriedError) Unwrap() error { return e.Err }
+
+// Carried reports the hook id of a carried record's answer.
+func Carried(err error) ([16]byte, bool) {
+	var ce *CarriedError
+	if errors.As(err, &ce) {
+		return ce.ID, true
+	}
+	return [16]byte{}, false
+}
+
+// Hold gives the queue the claim of a carried record (invariant 2: false
+// means the record already completed and the caller must promote).
+func (q *Queue) Hold(id [16]byte, h ClaimHolder) bool {
+	d := q.writer.dual
+	if d == nil {
+		return false
+	}
+	return d.pending.hold(id, h)
+}
+
+func (p *pendingSet) hold(id [16]byte, h ClaimHolder) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.byID[id]
+	if !ok {
+		return false
+	}
+	e.claim = h
+	return true
+}
+
+// settleClaimLocked promotes a held claim as its entry leaves the set.
+// REQUIRES: p.mu held.
+func (e *pendingEntry) settleClaimLocked() {
+	if e.claim != nil {
+		e.claim.Promote(e.id)
+		e.claim = nil
+	}
+}
+
+// releaseStuckClaims releases the claims of entries past the deadline
+// (invariant 1). The entries stay: the reconciler keeps completing them.
+func (p *pendingSet) releaseStuckClaims(now time.Time, deadline time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range p.bySeq {
+		if e.claim != nil && !e.inflight && now.Sub(e.firstAt) > deadline {
+			e.claim.Release()
+			e.claim = nil
+		}
+	}
+}
