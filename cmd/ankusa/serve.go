@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -52,10 +53,33 @@ func serve(args []string) int {
 			}
 		},
 	})
+	var cerr *config.Error
+	if errors.As(err, &cerr) {
+		return configError(err) // a certificate file named by the config
+	}
 	if err != nil {
 		log.Error("start failed", "err", err)
 		return 1
 	}
+	// SIGHUP reloads the TLS certificates (a rotation by cert-manager or
+	// certbot); nothing else is re-read.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	hupDone := make(chan struct{})
+	defer close(hupDone)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				if err := in.ReloadTLS(); err != nil {
+					log.Error("TLS reload failed; the certificates in use stay", "err", err)
+				}
+			case <-hupDone:
+				return
+			}
+		}
+	}()
 	if err := in.StartContext(ctx); err != nil {
 		log.Error("start failed", "err", err)
 		_ = in.Stop(context.Background())

@@ -92,6 +92,7 @@ type Instance struct {
 	ingestOpts, adminOpts listen.Options
 	ingest, adminSrv      *listen.Server
 	ingestLn, adminLn     net.Listener
+	certs                 []*certReloader // one per TLS listener; ReloadTLS swaps them
 }
 
 // New opens the store and builds every component; nothing listens yet.
@@ -106,6 +107,12 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		o.Commit = "unknown"
 	}
 	in := &Instance{cfg: cfg, log: o.Logger, version: o.Version, opts: o}
+	// Certificates first: a bad file is a config error, found before the
+	// store is opened.
+	ingestTLS, adminTLS, err := in.loadTLS()
+	if err != nil {
+		return nil, err
+	}
 	in.reg = prometheus.NewRegistry()
 	in.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	in.metrics = metrics.New(in.reg)
@@ -359,6 +366,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	in.ingestOpts.TLS, in.adminOpts.TLS = ingestTLS, adminTLS
 	return in, nil
 }
 

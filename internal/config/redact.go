@@ -39,6 +39,11 @@ func shownInClear() []string {
 		"http.prefix",
 		"admin.ip",
 		"admin.open[]",
+		"admin.tls.cert_file", // paths, not the files' contents
+		"admin.tls.key_file",
+		"admin.tls.client_ca_file",
+		"http.tls.cert_file",
+		"http.tls.key_file",
 		// Names and roles of the operator tokens; token and token_sha256
 		// are not listed, so they are hidden.
 		"admin.tokens[].name",

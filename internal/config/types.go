@@ -219,6 +219,33 @@ type HTTPConfig struct {
 	// ShutdownTimeoutMs bounds the drain on SIGTERM. Default 20_000,
 	// 100..600_000.
 	ShutdownTimeoutMs int `yaml:"shutdown_timeout_ms" json:"shutdown_timeout_ms"`
+	// TLS, when its files are set, serves ingest over HTTPS.
+	TLS ListenerTLS `yaml:"tls" json:"tls"`
+}
+
+// ListenerTLS is a listener's certificate: PEM files, both or neither,
+// read at start and again on SIGHUP.
+type ListenerTLS struct {
+	CertFile string `yaml:"cert_file" json:"cert_file"`
+	KeyFile  string `yaml:"key_file" json:"key_file"`
+}
+
+// Enabled reports whether the listener serves TLS.
+func (t ListenerTLS) Enabled() bool { return t.CertFile != "" }
+
+// AdminTLS is ListenerTLS plus client certificates for the operator API.
+type AdminTLS struct {
+	CertFile string `yaml:"cert_file" json:"cert_file"`
+	KeyFile  string `yaml:"key_file" json:"key_file"`
+	// ClientCAFile, when set, makes the admin listener require a client
+	// certificate signed by one of these PEM CAs (mutual TLS). Tokens still
+	// decide the role. Needs cert_file and key_file.
+	ClientCAFile string `yaml:"client_ca_file" json:"client_ca_file"`
+}
+
+// Listener is the certificate pair of the admin listener.
+func (t AdminTLS) Listener() ListenerTLS {
+	return ListenerTLS{CertFile: t.CertFile, KeyFile: t.KeyFile}
 }
 
 // AdminConfig is the operator API listener.
@@ -239,6 +266,8 @@ type AdminConfig struct {
 	// Open lists the routes served without a token, for probes and
 	// scrapers: a subset of health, ready, metrics. Default all three.
 	Open []string `yaml:"open" json:"open"`
+	// TLS, when its files are set, serves the operator API over HTTPS.
+	TLS AdminTLS `yaml:"tls" json:"tls"`
 }
 
 // AdminToken is one operator credential. Exactly one of Token and

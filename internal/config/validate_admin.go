@@ -49,9 +49,26 @@ func (c *Config) validateAdminAccess(v *validator, adminIP netip.Addr) {
 			v.add(key, "duplicate route %q", o)
 		}
 	}
+	validateListenerTLS(v, "http.tls", c.HTTP.TLS)
+	validateListenerTLS(v, "admin.tls", a.TLS.Listener())
+	if a.TLS.ClientCAFile != "" && !a.TLS.Listener().Enabled() && v.ok("admin.tls.cert_file", "admin.tls.key_file") {
+		v.add("admin.tls.client_ca_file", "needs admin.tls.cert_file and admin.tls.key_file (client certificates are asked for over TLS)")
+	}
 	// An open operator API can read every body and purge the quarantine
 	// pen: only processes on this host may reach one.
 	if len(a.Tokens) == 0 && v.ok("admin.ip") && !adminIP.Unmap().IsLoopback() {
 		v.add("admin.ip", "is %s, not a loopback address: set admin.tokens (at least one token) or bind admin.ip to 127.0.0.1 / ::1", a.IP)
+	}
+}
+
+// validateListenerTLS: the files are read when the listener starts (a
+// missing or bad file then exits 78 naming the key); here only their
+// pairing is checked.
+func validateListenerTLS(v *validator, p string, t ListenerTLS) {
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		v.add(p+".key_file", "required when %s.cert_file is set", p)
+	case t.KeyFile != "" && t.CertFile == "":
+		v.add(p+".cert_file", "required when %s.key_file is set", p)
 	}
 }

@@ -21,6 +21,7 @@ package listen
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,6 +45,12 @@ type Options struct {
 
 	ReadHeaderTimeout, ReadTimeout, IdleTimeout time.Duration
 	MaxHeaderBytes                              int
+
+	// TLS, when set, serves HTTPS: each admitted connection is wrapped in
+	// tls.Server, so the connection table and net/http see the same conn.
+	// A connection refused at the cap gets the plain 503 anyway (a TLS
+	// client sees a failed handshake; the point is to close it cheaply).
+	TLS *tls.Config
 
 	Logger *slog.Logger
 	// OnRefused is told each connection refused at the cap ("max_conns" or
@@ -292,14 +299,19 @@ type capListener struct {
 
 func (l *capListener) Accept() (net.Conn, error) {
 	for {
-		c, err := l.Listener.Accept()
+		raw, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
+		}
+		c := raw
+		if l.s.o.TLS != nil {
+			c = tls.Server(raw, l.s.o.TLS) // net/http runs the handshake
 		}
 		reason := l.s.admit(c)
 		if reason == "" {
 			return c, nil
 		}
+		c = raw
 		l.s.o.OnRefused(reason)
 		// Best effort and never blocking the accept loop: the answer fits
 		// the socket's send buffer.

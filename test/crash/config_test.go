@@ -80,6 +80,11 @@ func TestServe_BadConfigExits78(t *testing.T) {
 			wantKeys: []string{"ANKUSA_BAKUP_ENABLED"},
 		},
 		{
+			name:     "certificate file missing",
+			yaml:     "http: {ip: 127.0.0.1, port: 0, tls: {cert_file: /nonexistent/c.pem, key_file: /nonexistent/k.pem}}\nadmin: {port: 0}\n" + validSources,
+			wantKeys: []string{"http.tls.cert_file", "/nonexistent/c.pem"},
+		},
+		{
 			name:     "several problems, one line",
 			yaml:     "http: {ip: 127.0.0.1, port: 70000}\nadmin: {ip: 127.0.0.1, port: -1}\nlog: {level: loud}\n" + validSources,
 			wantKeys: []string{"http.port", "admin.port", "log.level"},
