@@ -5,8 +5,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
-
 	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/store"
 )
@@ -149,7 +147,7 @@ type rowRef struct {
 // its id index and its delivery rows. Dedupe rows stay until their TTL so
 // that a provider's late retry is still absorbed. A hook it cannot read is
 // left for the boot sweep.
-func (d *Dispatcher) reclaim(b *pebble.Batch, seqs []uint64, done map[rowRef]bool) (hooks, rows int) {
+func (d *Dispatcher) reclaim(b *store.Batch, seqs []uint64, done map[rowRef]bool) (hooks, rows int) {
 	seen := map[uint64]bool{}
 	for _, seq := range seqs {
 		if seen[seq] {
@@ -185,7 +183,7 @@ func (d *Dispatcher) reclaim(b *pebble.Batch, seqs []uint64, done map[rowRef]boo
 
 // deleteHook adds to b the deletes of hook seq, its id index and its
 // delivery rows (keys); false when the hook cannot be read.
-func (d *Dispatcher) deleteHook(b *pebble.Batch, seq uint64, keys [][]byte) bool {
+func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64, keys [][]byte) bool {
 	hv, err := d.st.Get(store.HookKey(seq))
 	if err != nil || hv == nil {
 		return false
