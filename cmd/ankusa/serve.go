@@ -31,12 +31,12 @@ func serve(args []string) int {
 	log := newLogger(cfg.Log)
 	slog.SetDefault(log)
 	raiseFDLimit(log)
+	var memLimit int64
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// The garbage collector works harder as the heap nears the
 		// ceiling instead of letting it double past it (GOGC's default).
-		limit := app.MemoryCeiling(cfg)
-		debug.SetMemoryLimit(limit)
-		log.Info("memory limit", "bytes", limit)
+		memLimit = app.MemoryCeiling(cfg)
+		debug.SetMemoryLimit(memLimit)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -60,6 +60,9 @@ func serve(args []string) int {
 	if err != nil {
 		log.Error("start failed", "err", err)
 		return 1
+	}
+	if memLimit > 0 {
+		log.Info("memory limit", "bytes", memLimit)
 	}
 	// SIGHUP reloads the TLS certificates (a rotation by cert-manager or
 	// certbot); nothing else is re-read.

@@ -85,7 +85,16 @@ func TestDispatch_BootSweepsFullyDeliveredHooks(t *testing.T) {
 	dl.State, dl.NextAtMs = store.StateDelivered, 0
 	b := st.NewBatch()
 	_ = b.Set(store.DeliveryKey(leaked.Seq, 0), store.EncodeDelivery(dl), nil)
-	_ = b.DeleteRange([]byte{store.PrefixDue}, []byte{store.PrefixDue + 1}, nil)
+	var dueKeys [][]byte
+	if err := st.Scan([]byte{store.PrefixDue}, []byte{store.PrefixDue + 1}, func(k, _ []byte) bool {
+		dueKeys = append(dueKeys, append([]byte(nil), k...))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range dueKeys {
+		_ = b.Delete(k, nil)
+	}
 	if err := st.ApplySync(b); err != nil {
 		t.Fatal(err)
 	}
