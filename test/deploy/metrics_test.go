@@ -26,8 +26,7 @@ import (
 // branch not merged yet. Each entry must NOT be exported today: once it is,
 // the test fails until the entry is removed, so this list cannot hide a
 // series that is really missing.
-var awaitedSeries = map[string]string{
-}
+var awaitedSeries = map[string]string{}
 
 // repoRoot is the module root: test/deploy is two levels down.
 func repoRoot(t *testing.T) string {
