@@ -598,20 +598,28 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 	}
 	r.d.pending.mu.Unlock()
 	if len(needLocal) > 0 {
-		req := localRequest{entries: needLocal, reply: make(chan error, 1)}
-		select {
-		case r.w.localReq <- req:
-			if err := <-req.reply; err != nil {
-				r.d.warn("reconciler: local half still failing", "records", len(needLocal), "err", err)
+		// A fenced writer is busy reopening and cleaning up for as long as
+		// the store fails: asking it now would hold this pass (and the log
+		// halves below) hostage to the disk. The local half waits for a
+		// later pass; the log half goes ahead.
+		if !r.w.fenced.Load() {
+			req := localRequest{entries: needLocal, reply: make(chan error, 1)}
+			select {
+			case r.w.localReq <- req:
+				if err := <-req.reply; err != nil {
+					r.d.warn("reconciler: local half still failing", "records", len(needLocal), "err", err)
+				}
+			case <-ctx.Done():
+				return time.Time{}
 			}
-		case <-ctx.Done():
-			return time.Time{}
 		}
 		// Local first (it makes the hook deliverable), then the log half of
-		// the both-pending ones in the same pass.
+		// the both-pending ones in the same pass — also when the local half
+		// failed again: a record the log holds is safe from the loss of
+		// this host, and the local half follows once the store is back.
 		r.d.pending.mu.Lock()
 		for _, e := range needLocal {
-			if e.localDone && !e.logDone {
+			if !e.logDone {
 				needLog = append(needLog, e)
 			}
 		}

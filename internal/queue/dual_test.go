@@ -215,6 +215,26 @@ func TestDual_PublishTimeoutIsAFailureAndRepublishAppliesOnce(t *testing.T) {
 	if e.log.Published() != 2 || e.hooks(t) != 1 {
 		t.Fatalf("log records %d, hooks %d; want 2 and 1", e.log.Published(), e.hooks(t))
 	}
+	// A replay of that log (the host lost, a fresh store) applies exactly
+	// one hook: the second record of the same (node, seq) is present.
+	recs := e.log.Records()
+	if len(recs) != 2 || recs[0].ID != recs[1].ID || recs[0].Seq != recs[1].Seq {
+		t.Fatalf("the two records are not one hook: %x/%d and %x/%d", recs[0].ID, recs[0].Seq, recs[1].ID, recs[1].Seq)
+	}
+	fresh := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	sum, err := recoverInto(t, fresh, e.log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Records != 2 || sum.Applied != 1 || sum.Present != 1 {
+		t.Fatalf("replay summary %s, want records=2 applied=1 present=1", sum)
+	}
+	if n, err := fresh.Count([]byte{store.PrefixHook}); err != nil || n != 1 {
+		t.Fatalf("hooks after the replay = %d (%v), want 1", n, err)
+	}
+	if !hookPresent(t, fresh, recs[0].ID) {
+		t.Fatal("the replayed hook is not the published one")
+	}
 }
 
 func TestDual_RefusedBeforeEitherHalf(t *testing.T) {

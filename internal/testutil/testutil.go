@@ -93,7 +93,8 @@ type WALSyncGate struct {
 	mu        sync.Mutex
 	hold      bool
 	failOpens bool
-	failN     int // fail this many upcoming WAL syncs
+	failN     int           // fail this many upcoming WAL syncs
+	stall     time.Duration // every WAL sync takes at least this long
 	held      chan chan struct{}
 	failed    int
 }
@@ -130,12 +131,15 @@ func (g *WALSyncGate) MaybeError(op errorfs.Op) error {
 		return nil
 	}
 	g.mu.Lock()
-	hold, fail := g.hold, g.failN > 0
+	hold, fail, stall := g.hold, g.failN > 0, g.stall
 	if fail {
 		g.failN--
 		g.failed++
 	}
 	g.mu.Unlock()
+	if stall > 0 {
+		time.Sleep(stall) // the injected fault is a slow disk: it is meant to take this long
+	}
 	if hold {
 		release := make(chan struct{})
 		g.held <- release
@@ -184,6 +188,21 @@ func (g *WALSyncGate) FailNext(n int) {
 func (g *WALSyncGate) FailOpens(on bool) {
 	g.mu.Lock()
 	g.failOpens = on
+	g.mu.Unlock()
+}
+
+// StallSyncs makes every later WAL sync take d longer (0: no stall): a
+// slow disk, for latency cases.
+func (g *WALSyncGate) StallSyncs(d time.Duration) {
+	g.mu.Lock()
+	g.stall = d
+	g.mu.Unlock()
+}
+
+// StopFailing cancels the failures FailNext asked for and not yet used.
+func (g *WALSyncGate) StopFailing() {
+	g.mu.Lock()
+	g.failN = 0
 	g.mu.Unlock()
 }
 
