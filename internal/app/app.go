@@ -322,6 +322,8 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		Settler:      in.settler,
 		Holder:       holder(q, dual != nil),
 
+		OwnBucketPerTenant: cfg.RateLimits.UnlistedTenants == config.UnlistedTenantsOwn,
+
 		IntakeRetryAfterSecs: cfg.Intake.RetryAfterS,
 	})))
 	readTimeout := time.Duration(cfg.HTTP.ReadTimeoutMs) * time.Millisecond
