@@ -121,7 +121,7 @@ func TestVerifyRefused(t *testing.T) {
 		{"no secret", "verify: {type: github}", "verify.secret", "at least one secret is required"},
 		{"nine secrets", "verify: {type: github, secret: " + nine + "}", "verify.secret", "must have at most 8 entries, got 9"},
 		{"secret with newline", "verify: {type: github, secret: \"abc\\n\"}", "verify.secret[0]", "must not start or end with white space"},
-		{"secret not a string", "verify: {type: github, secret: 123}", "verify.secret", "must be a string or a list of strings (put it in quotes), got 123"},
+		{"secret not a string", "verify: {type: github, secret: 123}", "verify.secret", "must be a string or a list of strings (put it in quotes), got a number (the value is not shown: this key may hold a secret)"},
 		{"secret item not a string", "verify: {type: github, secret: [abc, 123]}", "verify.secret[1]", "must be a string (put it in quotes)"},
 		{"secret mapping", "verify: {type: github, secret: {a: b}}", "verify.secret", "must be a string or a list of strings"},
 
