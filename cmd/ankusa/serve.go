@@ -59,6 +59,9 @@ func serve(args []string) int {
 	}
 	if err != nil {
 		log.Error("start failed", "err", err)
+		if errors.Is(err, app.ErrStoreOpen) {
+			return app.ExitStoreOpen
+		}
 		return 1
 	}
 	if memLimit > 0 {

@@ -31,6 +31,7 @@ import (
 	"github.com/ankusa/ankusa/internal/quarantine"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/ratelimit"
+	"github.com/ankusa/ankusa/internal/ratelog"
 	"github.com/ankusa/ankusa/internal/sink"
 	apisources "github.com/ankusa/ankusa/internal/sources"
 	"github.com/ankusa/ankusa/internal/store"
@@ -54,6 +55,19 @@ type Options struct {
 // a failed write: distinct from a config error (78) so a supervisor can
 // tell "restart me" from "fix me" (EX_TEMPFAIL).
 const ExitStoreFatal = 75
+
+// logRepeatInterval: a warning or error of the same shape is logged at
+// most once per interval (internal/ratelog).
+const logRepeatInterval = 10 * time.Second
+
+// ErrStoreOpen: New could not open (or first write) the store, a full or
+// failing disk most often. The binary exits ExitStoreOpen before anything
+// listens.
+var ErrStoreOpen = errors.New("cannot open the store")
+
+// ExitStoreOpen is the exit status when the store cannot be opened at
+// start (EX_IOERR): restart once the disk is fixed.
+const ExitStoreOpen = 74
 
 // ErrDrainIncomplete: Stop's drain hit its deadline with requests still in
 // progress; they were cut. The binary exits 1.
@@ -100,6 +114,9 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	// A failing disk makes every write path report the same error many
+	// times a second: one line per shape per interval, with a count.
+	o.Logger = slog.New(ratelog.New(o.Logger.Handler(), logRepeatInterval, nil))
 	if o.Version == "" {
 		o.Version = "dev"
 	}
@@ -129,7 +146,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	}
 	st, err := store.Open(store.Options{Dir: storeDir, FS: o.FS, Logger: o.Logger, MemTableSize: 64 << 20})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrStoreOpen, err)
 	}
 	in.store = st
 	in.storeDir = storeDir
@@ -137,7 +154,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		restored, err := mintIncarnation(st, storeDir)
 		if err != nil {
 			_ = st.Close()
-			return nil, err
+			return nil, fmt.Errorf("%w: %w", ErrStoreOpen, err)
 		}
 		in.restored = restored
 		if restored && cfg.WAL.Type != "dual" {
@@ -321,6 +338,8 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		Claims:       claims,
 		Settler:      in.settler,
 		Holder:       holder(q, dual != nil),
+
+		OwnBucketPerTenant: cfg.RateLimits.UnlistedTenants == config.UnlistedTenantsOwn,
 
 		IntakeRetryAfterSecs: cfg.Intake.RetryAfterS,
 	})))

@@ -150,6 +150,8 @@ func applyDefaults(c *Config, given func(key string) bool) {
 	def(given, "http.shutdown_timeout_ms", &h.ShutdownTimeoutMs, defaultShutdownTimeoutMs)
 	def(given, "node.fd_reserve", &n.FDReserve, defaultFDReserve)
 
+	def(given, "rate_limits.unlisted_tenants", &c.RateLimits.UnlistedTenants, UnlistedTenantsShared)
+
 	def(given, "admin.ip", &c.Admin.IP, defaultAdminIP)
 	def(given, "admin.port", &c.Admin.Port, defaultAdminPort)
 	def(given, "admin.read_timeout_ms", &c.Admin.ReadTimeoutMs, defaultAdminReadTimeoutMs)

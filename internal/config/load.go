@@ -187,7 +187,13 @@ func checkShape(node any, t reflect.Type, path string, present map[string]bool, 
 		if key == "" {
 			key = "(top level)"
 		}
-		*errs = append(*errs, &Error{Key: key, Rule: fmt.Sprintf("must be %s, got %s", want, describe(node))})
+		got := describe(node)
+		if (t.Kind() == reflect.String || t == reflect.TypeFor[StringList]()) && !shownInClearKey(path) {
+			// A string key /v1/config would hide may hold a secret written
+			// without quotes (secret: 987654321): name its kind only.
+			got = describeKind(node)
+		}
+		*errs = append(*errs, &Error{Key: key, Rule: fmt.Sprintf("must be %s, got %s", want, got)})
 	}
 
 	switch t.Kind() {
@@ -316,6 +322,22 @@ func describe(v any) string {
 		return fmt.Sprintf("%q", x)
 	default:
 		return fmt.Sprint(x)
+	}
+}
+
+// describeKind names what kind of YAML value v is, never the value.
+func describeKind(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "a mapping"
+	case []any:
+		return "a list"
+	case string:
+		return "a string"
+	case bool:
+		return "true or false (the value is not shown: this key may hold a secret)"
+	default:
+		return "a number (the value is not shown: this key may hold a secret)"
 	}
 }
 

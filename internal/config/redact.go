@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -74,6 +75,7 @@ func shownInClear() []string {
 		"sources.*.verify.timestamp_header",
 		"sources.*.on_verify_failure",
 		"source_store.type",
+		"rate_limits.unlisted_tenants",
 		"sources.*.dedupe.preset",
 		"sources.*.dedupe.header",
 		"sources.*.dedupe.json",
@@ -102,6 +104,34 @@ func shownInClear() []string {
 		"sources.*.sinks[].nats.drop_headers[]",
 		"sources.*.sinks[].rabbitmq.drop_headers[]",
 	}
+}
+
+// listIndexRE matches a list index in a dotted key ("sinks[2]").
+var listIndexRE = regexp.MustCompile(`\[\d+\]`)
+
+// shownInClearKey reports whether the dotted key (as the loader names it,
+// with list indexes) is one of shownInClear's: only such a key's value may
+// be repeated in an error. A map key holding a "." never matches, so it is
+// treated as secret.
+func shownInClearKey(key string) bool {
+	segs := strings.Split(listIndexRE.ReplaceAllString(key, "[]"), ".")
+	for _, p := range shownInClear() {
+		pat := strings.Split(p, ".")
+		if len(pat) != len(segs) {
+			continue
+		}
+		match := true
+		for i := range pat {
+			if pat[i] != "*" && pat[i] != segs[i] {
+				match = false
+				break
+			}
+		}
+		if match {
+			return true
+		}
+	}
+	return false
 }
 
 // shownAs overrides how an allowlisted value is shown; the default is
@@ -234,8 +264,8 @@ func redactNATSURLs(s string) string {
 	return strings.Join(parts, ",")
 }
 
-// hideURLSecrets hides the password and every query value of an absolute
-// URL, and the user name too when it stands alone and userIsSecret (a
+// hideURLSecrets hides the password, every query value and the fragment
+// of an absolute URL, and the user name too when it stands alone and userIsSecret (a
 // token). Anything else is returned unchanged. It rebuilds the string by
 // hand because url.URL.String would percent-encode "[REDACTED]".
 func hideURLSecrets(s string, userIsSecret bool) string {
@@ -245,7 +275,7 @@ func hideURLSecrets(s string, userIsSecret bool) string {
 	}
 	_, hasPass := u.User.Password()
 	hideUser := userIsSecret && u.User != nil && !hasPass
-	if !hasPass && !hideUser && u.RawQuery == "" {
+	if !hasPass && !hideUser && u.RawQuery == "" && u.Fragment == "" {
 		return s
 	}
 	var b strings.Builder
@@ -272,7 +302,8 @@ func hideURLSecrets(s string, userIsSecret bool) string {
 		b.WriteString("?" + strings.Join(pairs, "&"))
 	}
 	if u.Fragment != "" {
-		b.WriteString("#" + u.EscapedFragment())
+		// Like a query, a fragment is where a secret ends up in practice.
+		b.WriteString("#" + redacted)
 	}
 	return b.String()
 }

@@ -260,3 +260,26 @@ func TestRedactedIntakeJetStreamURL(t *testing.T) {
 		t.Errorf("intake.jetstream.url = %v, want %v", got, want)
 	}
 }
+
+// A URL fragment is not shown by /v1/config: like a query, it is where a
+// secret ends up in practice (https://host/in#token).
+func TestRedactedURLFragmentHidden(t *testing.T) {
+	c := mustLoad(t, `
+sources:
+  orders:
+    sinks:
+      - id: hook
+        type: http
+        http: {url: "https://orders.example/in#FRAG7777"}
+`, noEnv)
+	raw, err := json.Marshal(c.Redacted())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "FRAG7777") {
+		t.Fatalf("/v1/config shows the URL fragment: %s", raw)
+	}
+	if !strings.Contains(string(raw), `https://orders.example/in#[REDACTED]`) {
+		t.Fatalf("the URL is not shown with its fragment redacted: %s", raw)
+	}
+}

@@ -58,7 +58,18 @@ type RateLimitsConfig struct {
 	Default *RateLimit `yaml:"default" json:"default,omitempty"`
 	// Tenants maps a tenant id ([A-Za-z0-9_-]{1,64}) to its own limit.
 	Tenants map[string]RateLimit `yaml:"tenants" json:"tenants,omitempty"`
+	// UnlistedTenants: "shared" (default) charges every tenant named in the
+	// URL of an unbound source that has no limit of its own to one bucket
+	// per source; "own" gives each its own bucket (bypassable by making up
+	// tenants: only for a trusted network).
+	UnlistedTenants string `yaml:"unlisted_tenants" json:"unlisted_tenants"`
 }
+
+// Values of rate_limits.unlisted_tenants.
+const (
+	UnlistedTenantsShared = "shared"
+	UnlistedTenantsOwn    = "own"
+)
 
 // RateLimit is one token bucket.
 type RateLimit struct {

@@ -135,6 +135,7 @@ func (c *Config) validateQuarantine(v *validator) {
 // validateRateLimits checks the rate_limits root.
 func (c *Config) validateRateLimits(v *validator) {
 	r := c.RateLimits
+	v.oneOf("rate_limits.unlisted_tenants", r.UnlistedTenants, []string{UnlistedTenantsShared, UnlistedTenantsOwn}, nil, "")
 	if d := r.Default; d != nil {
 		rateLimit(v, "rate_limits.default", *d)
 	}

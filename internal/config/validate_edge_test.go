@@ -121,7 +121,7 @@ func TestVerifyRefused(t *testing.T) {
 		{"no secret", "verify: {type: github}", "verify.secret", "at least one secret is required"},
 		{"nine secrets", "verify: {type: github, secret: " + nine + "}", "verify.secret", "must have at most 8 entries, got 9"},
 		{"secret with newline", "verify: {type: github, secret: \"abc\\n\"}", "verify.secret[0]", "must not start or end with white space"},
-		{"secret not a string", "verify: {type: github, secret: 123}", "verify.secret", "must be a string or a list of strings (put it in quotes), got 123"},
+		{"secret not a string", "verify: {type: github, secret: 123}", "verify.secret", "must be a string or a list of strings (put it in quotes), got a number (the value is not shown: this key may hold a secret)"},
 		{"secret item not a string", "verify: {type: github, secret: [abc, 123]}", "verify.secret[1]", "must be a string (put it in quotes)"},
 		{"secret mapping", "verify: {type: github, secret: {a: b}}", "verify.secret", "must be a string or a list of strings"},
 
@@ -453,6 +453,8 @@ func TestRateLimits(t *testing.T) {
 		{"bounds", "rate_limits: {default: {rate: 0.01, burst: 1}, tenants: {acme: {rate: 1000000, burst: 10000000}}}", "", ""},
 		{"tenants only", "rate_limits: {tenants: {acme: {rate: 5}, Big_Co-2: {rate: 50.5, burst: 80}}}", "", ""},
 		{"tenant 64", "rate_limits: {tenants: {" + strings.Repeat("t", 64) + ": {rate: 1}}}", "", ""},
+		{"unlisted tenants bad", "rate_limits: {unlisted_tenants: each}", "rate_limits.unlisted_tenants", `must be one of shared|own`},
+		{"unlisted tenants own", "rate_limits: {unlisted_tenants: own}", "", ""},
 		{"default no rate", "rate_limits: {default: {burst: 10}}", "rate_limits.default.rate", "required: requests per second, 0.01 to 1000000 (omit the limit for no limit)"},
 		{"default rate zero", "rate_limits: {default: {rate: 0}}", "rate_limits.default.rate", "required"},
 		{"default rate low", "rate_limits: {default: {rate: 0.009}}", "rate_limits.default.rate", "must be between 0.01 and 1000000, got 0.009"},

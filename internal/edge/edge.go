@@ -77,9 +77,11 @@ type Quarantine interface {
 // ErrQuarantineFull: the pen reached quarantine.max_bytes. It never evicts.
 var ErrQuarantineFull = errors.New("quarantine full")
 
-// Limiter is the per-tenant rate limiter (ratelimit.GCRA).
+// Limiter is the per-tenant rate limiter (ratelimit.GCRA). Limit reports
+// whether key has a limit of its own (configured or a runtime override).
 type Limiter interface {
 	Allow(key string) (bool, time.Duration)
+	Limit(key string) (ratelimit.Limit, bool)
 }
 
 // Options configure a Handler.
@@ -96,6 +98,11 @@ type Options struct {
 	// Limiter, when set, rate-limits accepted and flag-accepted hooks per
 	// tenant; forged traffic is never charged to a tenant.
 	Limiter Limiter
+	// OwnBucketPerTenant (rate_limits.unlisted_tenants: own) gives every
+	// tenant named in a URL a bucket of its own even without a limit of its
+	// own. By default such tenants share one bucket per source: see
+	// limitKey.
+	OwnBucketPerTenant bool
 	// Quarantine holds hooks of sources with on_verify_failure: quarantine.
 	Quarantine     Quarantine
 	Logger         *slog.Logger
@@ -241,6 +248,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, start, unknownSourceLabel, http.StatusNotFound, "unknown_source", map[string]any{"error": "unknown_source"})
 		return
 	}
+	// fromURL: the tenant is request input (tenant_path, unbound source).
+	fromURL := tenant != "" && src.Tenant == ""
 	if tenant == "" {
 		tenant = src.Tenant
 	}
@@ -272,7 +281,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if h.o.Limiter != nil {
-		if ok, wait := h.o.Limiter.Allow(tenant); !ok {
+		if ok, wait := h.o.Limiter.Allow(h.limitKey(tenant, src, fromURL)); !ok {
 			w.Header().Set("Retry-After", strconv.Itoa(ratelimit.RetryAfterSeconds(wait)))
 			h.reject(w, start, src.ID, http.StatusTooManyRequests, "rate_limited", map[string]any{"error": "rate_limited"})
 			return
@@ -324,6 +333,27 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.unavailable(w, start, src.ID, "store_unavailable", h.o.RetryAfterSecs)
 	}
+}
+
+// unlistedPrefix keys the shared bucket of a source's unlisted tenants; a
+// tenant id cannot contain ':', so it never collides with one.
+const unlistedPrefix = "_unlisted:"
+
+// limitKey is the rate-limit bucket a hook is charged to. A tenant named in
+// the URL of an unbound source is request input: anyone can make up a new
+// one per request, so giving each a fresh bucket would make the limit free
+// to bypass. Such a tenant is charged to its own bucket only if it has a
+// limit of its own (rate_limits.tenants or a runtime override); every
+// other one shares one bucket per source at the default limit, unless
+// OwnBucketPerTenant.
+func (h *Handler) limitKey(tenant string, src *Source, fromURL bool) string {
+	if !fromURL || h.o.OwnBucketPerTenant {
+		return tenant
+	}
+	if _, own := h.o.Limiter.Limit(tenant); own {
+		return tenant
+	}
+	return unlistedPrefix + src.ID
 }
 
 func (h *Handler) tooLarge(w http.ResponseWriter, start time.Time, label string) {

@@ -271,7 +271,10 @@ func (m *Metrics) Delivery(sinkID, result string, d time.Duration) {
 
 // WatchDispatch registers the delivery queue gauges, read at scrape time.
 func (m *Metrics) WatchDispatch(gauges func() dispatch.Gauges) {
-	m.reg.MustRegister(&dispatchCollector{gauges: gauges})
+	// The gauges scan the store: a scrape during a store fault answers the
+	// last reading instead of hanging.
+	lg := &lastGood[dispatch.Gauges]{fn: gauges}
+	m.reg.MustRegister(&dispatchCollector{gauges: lg.get})
 }
 
 // dispatchCollector reads the gauges once per scrape (they cost a scan).

@@ -184,13 +184,15 @@ func (cl *Client[C]) dial() (*conn[C], error) {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			cfg.Log.Info(cfg.LogPrefix+" connection restored", "server", nc.ConnectedUrlRedacted())
+			cfg.Log.Info(cfg.LogPrefix+" connection restored", "server", RedactURL(nc.ConnectedUrl()))
 			if cfg.OnConnect != nil {
 				cfg.OnConnect(nc)
 			}
 		}),
 		nats.ConnectHandler(func(nc *nats.Conn) {
-			cfg.Log.Info(cfg.LogPrefix+" connected", "server", nc.ConnectedUrlRedacted())
+			// Not ConnectedUrlRedacted: it hides a password only, and a
+			// token in the URL's user part is the credential itself.
+			cfg.Log.Info(cfg.LogPrefix+" connected", "server", RedactURL(nc.ConnectedUrl()))
 			if cfg.OnConnect != nil {
 				cfg.OnConnect(nc)
 			}

@@ -269,7 +269,7 @@ func (m *Manager) Create(tenant, name string, sc config.SourceConfig) (View, err
 	if err != nil {
 		return View{}, err
 	}
-	if err := m.check(id, sc); err != nil {
+	if err := m.check(id, sc, nil); err != nil {
 		return View{}, err
 	}
 	m.mu.Lock()
@@ -317,8 +317,8 @@ func (m *Manager) Update(tenant, name string, sc config.SourceConfig) (View, err
 	if !ok {
 		return View{}, ErrNotFound
 	}
-	keepSecrets(&sc, prev.rec.Config)
-	if err := m.check(id, sc); err != nil {
+	moved := keepSecrets(&sc, prev.rec.Config)
+	if err := m.check(id, sc, moved); err != nil {
 		return View{}, err
 	}
 	rec := prev.rec
@@ -437,12 +437,16 @@ func (m *Manager) prepare(tenant, name string, sc config.SourceConfig) (string, 
 }
 
 // check refuses a "[REDACTED]" value (a view sent back with a secret
-// that cannot be kept) and applies the config rules.
-func (m *Manager) check(id string, sc config.SourceConfig) error {
+// that cannot be kept) and applies the config rules. moved names the sinks
+// ("sinks[2]") whose destination the update changed.
+func (m *Manager) check(id string, sc config.SourceConfig, moved map[string]bool) error {
 	var errs config.Errors
 	for _, k := range redactedKeys(sc) {
-		errs = append(errs, &config.Error{Key: "sources." + id + "." + k,
-			Rule: `"[REDACTED]" is how a secret is shown, not a value: send the real value (an update may leave a secret out to keep it)`})
+		rule := `"[REDACTED]" is how a secret is shown, not a value: send the real value (an update may leave a secret out to keep it)`
+		if sink, _, _ := strings.Cut(k, "."); moved[sink] {
+			rule = `"[REDACTED]" cannot be kept: the sink's destination changed, and a stored secret never follows a new destination; send the secret again`
+		}
+		errs = append(errs, &config.Error{Key: "sources." + id + "." + k, Rule: rule})
 	}
 	if err := m.o.Config.ValidateSource(id, sc); err != nil {
 		var ce config.Errors
@@ -646,8 +650,12 @@ func (m *Manager) catchURL(tenant, id string) string {
 }
 
 // keepSecrets fills the secrets next leaves out (or sends back redacted)
-// from prev; see Update.
-func keepSecrets(next *config.SourceConfig, prev config.SourceConfig) {
+// from prev; see Update. A sink whose destination changed keeps nothing:
+// its secrets were given for the old host and must never reach the new
+// one. Those sinks are returned ("sinks[i]"), so that a "[REDACTED]" left
+// in one is refused with the reason.
+func keepSecrets(next *config.SourceConfig, prev config.SourceConfig) (moved map[string]bool) {
+	moved = map[string]bool{}
 	if v := &next.Verify; v.Type != verify.TypeNone && allRedacted(v.Secret) {
 		v.Secret = slices.Clone(prev.Verify.Secret)
 	}
@@ -659,6 +667,10 @@ func keepSecrets(next *config.SourceConfig, prev config.SourceConfig) {
 		k := &next.Sinks[i]
 		p, ok := before[k.ID]
 		if !ok || p.Type != k.Type {
+			continue
+		}
+		if destination(*k) != destination(p) {
+			moved["sinks["+strconv.Itoa(i)+"]"] = true
 			continue
 		}
 		if k.HTTP != nil && p.HTTP != nil {
@@ -680,6 +692,25 @@ func keepSecrets(next *config.SourceConfig, prev config.SourceConfig) {
 			}
 		}
 	}
+	return moved
+}
+
+// destination is where a sink sends (and so where its secrets go): the
+// HTTP URL, the Kafka brokers, the NATS or RabbitMQ URL. Any change counts,
+// even a path: the operator re-sends the secret rather than Ankusa
+// guessing which changes still reach the same recipient.
+func destination(k config.SinkConfig) string {
+	switch {
+	case k.HTTP != nil:
+		return k.HTTP.URL
+	case k.Kafka != nil:
+		return strings.Join(k.Kafka.Brokers, ",")
+	case k.NATS != nil:
+		return k.NATS.URL
+	case k.RabbitMQ != nil:
+		return k.RabbitMQ.URL
+	}
+	return ""
 }
 
 func keep(dst *string, stored string) {

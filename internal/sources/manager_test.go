@@ -148,7 +148,7 @@ func TestUpdate_KeepsSinkSecrets(t *testing.T) {
 	}
 	// The view sent back, headers redacted and secrets left out.
 	_, err = m.Update("acme", "orders", parse(t, `{"sinks":[
-		{"type":"http","http":{"url":"https://example.com/v2","headers":{"Authorization":"[REDACTED]"}}},
+		{"type":"http","http":{"url":"https://example.com/in","timeout_ms":9000,"headers":{"Authorization":"[REDACTED]"}}},
 		{"type":"kafka","kafka":{"brokers":["k:9092"],"topic":"t","sasl":{"mechanism":"plain","username":"u"}}},
 		{"type":"nats","nats":{"url":"nats://n:4222","subject":"s"}}]}`))
 	if err != nil {
@@ -156,7 +156,7 @@ func TestUpdate_KeepsSinkSecrets(t *testing.T) {
 	}
 	sc := stored(t, e, "acme.orders")
 	h := sc.Sinks[0].HTTP
-	if h.URL != "https://example.com/v2" || h.Secret != "0123456789abcdef" || h.Headers["Authorization"] != "Bearer tok" || len(h.Headers) != 1 {
+	if h.TimeoutMs != 9000 || h.Secret != "0123456789abcdef" || h.Headers["Authorization"] != "Bearer tok" || len(h.Headers) != 1 {
 		t.Errorf("http sink after update: %+v", h)
 	}
 	if p := sc.Sinks[1].Kafka.SASL.Password; p != "pw" {
@@ -193,6 +193,49 @@ func TestUpdate_KeepsSinkSecrets(t *testing.T) {
 	}
 	if s := stored(t, e, "acme.orders").Verify.Secret; len(s) != 0 {
 		t.Errorf("verify none kept secret %q", s)
+	}
+}
+
+// A secret kept across an update never follows a changed destination: a
+// value sent back as "[REDACTED]" is refused naming the key, a secret left
+// out is dropped, and nothing stored reaches the new host.
+func TestUpdate_SecretNeverFollowsAChangedDestination(t *testing.T) {
+	e := sourcestest.New(t, sourcestest.Options{})
+	m := e.Manager
+	_, err := m.Create("acme", "orders", parse(t, `{"sinks":[
+		{"type":"http","http":{"url":"https://example.com/in","secret":"0123456789abcdef","headers":{"Authorization":"Bearer tok"}}},
+		{"type":"kafka","kafka":{"brokers":["k:9092"],"topic":"t","sasl":{"mechanism":"plain","username":"u","password":"pw"}}},
+		{"type":"nats","nats":{"url":"nats://n:4222","subject":"s","token":"ntok"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Update("acme", "orders", parse(t, `{"sinks":[
+		{"type":"http","http":{"url":"https://attacker.example/in","headers":{"Authorization":"[REDACTED]"}}},
+		{"type":"kafka","kafka":{"brokers":["k:9092"],"topic":"t","sasl":{"mechanism":"plain","username":"u"}}},
+		{"type":"nats","nats":{"url":"nats://n:4222","subject":"s"}}]}`))
+	if !errors.Is(err, sources.ErrInvalid) || !strings.Contains(err.Error(), "sources.acme.orders.sinks[0].http.headers.Authorization") ||
+		!strings.Contains(err.Error(), "destination changed") {
+		t.Fatalf("URL changed with the Authorization sent back redacted: %v, want invalid naming the header and the changed destination", err)
+	}
+	if h := stored(t, e, "acme.orders").Sinks[0].HTTP; h.URL != "https://example.com/in" {
+		t.Fatalf("a refused update changed the sink: %+v", h)
+	}
+	_, err = m.Update("acme", "orders", parse(t, `{"sinks":[
+		{"type":"http","http":{"url":"https://attacker.example/in"}},
+		{"type":"kafka","kafka":{"brokers":["other:9092"],"topic":"t","sasl":{"mechanism":"plain","username":"u","password":"pw2"}}},
+		{"type":"nats","nats":{"url":"nats://elsewhere:4222","subject":"s"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := stored(t, e, "acme.orders")
+	if h := sc.Sinks[0].HTTP; h.Secret != "" || len(h.Headers) != 0 {
+		t.Errorf("http sink moved to a new URL kept its secrets: %+v", h)
+	}
+	if p := sc.Sinks[1].Kafka.SASL.Password; p != "pw2" {
+		t.Errorf("kafka password = %q, want the one sent", p)
+	}
+	if tok := sc.Sinks[2].NATS.Token; tok != "" {
+		t.Errorf("nats sink moved to a new server kept its token %q", tok)
 	}
 }
 

@@ -55,6 +55,9 @@ type Store struct {
 	db     *pebble.DB
 	fatal  *fatalLogger // of the current db
 	closed bool
+	// diskBytes is the last DiskBytes measured, answered while mu is held
+	// exclusively.
+	diskBytes atomic.Uint64
 
 	// auditMu serialises AppendAudit; lastAuditNs is the time of the
 	// newest audit row this process wrote (0: none yet).
@@ -300,15 +303,22 @@ func (s *Store) Count(prefix []byte) (uint64, error) {
 	return n, err
 }
 
-// DiskBytes is the on-disk size Pebble reports.
+// DiskBytes is the on-disk size Pebble reports. It never waits: while a
+// Reopen or Close holds the store (for as long as a failing disk takes) it
+// returns the last size measured, so /metrics and /v1/wal keep answering
+// during a store fault.
 func (s *Store) DiskBytes() uint64 {
-	s.mu.RLock()
+	if !s.mu.TryRLock() {
+		return s.diskBytes.Load()
+	}
 	defer s.mu.RUnlock()
 	if s.db == nil {
-		return 0
+		return s.diskBytes.Load()
 	}
 	m := s.db.Metrics()
-	return m.DiskSpaceUsage()
+	v := m.DiskSpaceUsage()
+	s.diskBytes.Store(v)
+	return v
 }
 
 // Reopen closes the current DB generation and opens the directory again.

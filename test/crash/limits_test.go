@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -356,4 +357,36 @@ func TestDrill_SIGTERMAnswersEveryRequestSent(t *testing.T) {
 		}
 		t.Logf("drain timeout 1 s: exited %d after %s", n.exitCode(), took.Round(time.Millisecond))
 	})
+}
+
+// A node whose store cannot be opened exits 74 (EX_IOERR) at once, before
+// anything listens, instead of running without its store.
+func TestServe_StoreThatCannotOpenExits74(t *testing.T) {
+	work := t.TempDir()
+	data := filepath.Join(work, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// <data_dir>/store is a file, not a directory: Pebble cannot open it.
+	if err := os.WriteFile(filepath.Join(data, "store"), []byte("not a store"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hp, ap := freePort(t), freePort(t)
+	cfgPath := filepath.Join(work, "ankusa.yml")
+	if err := os.WriteFile(cfgPath, []byte(limitsConfig(data, "", "", hp, ap)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binPath, "serve", "--config", cfgPath)
+	cmd.Env = childEnv()
+	out, _ := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 74 {
+		t.Fatalf("exit status %d, want 74; output:\n%s", code, out)
+	}
+	if !bytes.Contains(out, []byte("cannot open the store")) {
+		t.Errorf("the log does not say the store cannot be opened:\n%s", out)
+	}
+	if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", hp), time.Second); err == nil {
+		c.Close()
+		t.Error("something listens on the ingest port after the exit")
+	}
 }
