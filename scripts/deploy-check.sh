@@ -9,27 +9,27 @@ eval "$(scripts/tools.sh)"
 
 chart=deploy/helm/ankusa
 values=("" $chart/ci/*-values.yaml)
-schema_loc="$ANKUSA_K8S_SCHEMAS/{{ .ResourceKind }}{{ .KindSuffix }}.json"
+schema_loc="$DEPLOY_K8S_SCHEMAS/{{ .ResourceKind }}{{ .KindSuffix }}.json"
 kubeconform() {
-  "$ANKUSA_KUBECONFORM" -strict -summary -kubernetes-version "$ANKUSA_K8S_VERSION" -schema-location "$schema_loc" "$@"
+  "$DEPLOY_KUBECONFORM" -strict -summary -kubernetes-version "$DEPLOY_K8S_VERSION" -schema-location "$schema_loc" "$@"
 }
 
 echo "== helm lint"
 for v in "${values[@]}"; do
-  "$ANKUSA_HELM" lint --strict --kube-version "$ANKUSA_K8S_VERSION" "$chart" ${v:+-f "$v"} >/dev/null \
-    || { "$ANKUSA_HELM" lint --strict --kube-version "$ANKUSA_K8S_VERSION" "$chart" ${v:+-f "$v"}; exit 1; }
+  "$DEPLOY_HELM" lint --strict --kube-version "$DEPLOY_K8S_VERSION" "$chart" ${v:+-f "$v"} >/dev/null \
+    || { "$DEPLOY_HELM" lint --strict --kube-version "$DEPLOY_K8S_VERSION" "$chart" ${v:+-f "$v"}; exit 1; }
   echo "ok   ${v:-values.yaml}"
 done
 
-echo "== helm template | kubeconform -strict (Kubernetes $ANKUSA_K8S_VERSION)"
+echo "== helm template | kubeconform -strict (Kubernetes $DEPLOY_K8S_VERSION)"
 for v in "${values[@]}"; do
   echo "-- ${v:-values.yaml}"
-  "$ANKUSA_HELM" template ankusa "$chart" --kube-version "$ANKUSA_K8S_VERSION" ${v:+-f "$v"} | kubeconform -
+  "$DEPLOY_HELM" template ankusa "$chart" --kube-version "$DEPLOY_K8S_VERSION" ${v:+-f "$v"} | kubeconform -
 done
 # The schemas must refuse what the API server would: a misspelt field in
 # the pod template, and in the ServiceMonitor.
 echo "-- a misspelt field must be refused"
-bad=$("$ANKUSA_HELM" template ankusa "$chart" --kube-version "$ANKUSA_K8S_VERSION" -f $chart/ci/disk-values.yaml \
+bad=$("$DEPLOY_HELM" template ankusa "$chart" --kube-version "$DEPLOY_K8S_VERSION" -f $chart/ci/disk-values.yaml \
   | sed 's/^\(  *\)terminationGracePeriodSeconds:/\1terminationGracePeriodSecond:/; s/^\(  *\)interval: 15s/\1intervall: 15s/')
 if echo "$bad" | kubeconform - >/tmp/ankusa-kubeconform-neg.$$ 2>&1; then
   cat /tmp/ankusa-kubeconform-neg.$$; rm -f /tmp/ankusa-kubeconform-neg.$$
@@ -41,8 +41,8 @@ rm -f /tmp/ankusa-kubeconform-neg.$$
 echo "ok   refused"
 
 echo "== promtool check rules / test rules"
-"$ANKUSA_PROMTOOL" check rules deploy/prometheus/alerts.yml
-"$ANKUSA_PROMTOOL" test rules deploy/prometheus/alerts_test.yml
+"$DEPLOY_PROMTOOL" check rules deploy/prometheus/alerts.yml
+"$DEPLOY_PROMTOOL" test rules deploy/prometheus/alerts_test.yml
 
 echo "== systemd-analyze verify"
 if command -v systemd-analyze >/dev/null 2>&1; then
