@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite. Needs only Go: every test uses Pebble on a temp dir
 # and loopback listeners; nothing external has to be started for the
-# single-node suite.
+# single-node suite. The deployment files are checked by helm, kubeconform,
+# promtool and systemd-analyze, which scripts/tools.sh installs (pinned,
+# once per machine) from the Go module proxy and Debian.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,8 +16,13 @@ fi
 echo "== go vet"
 go vet ./...
 
+echo "== deploy/ (helm, kubeconform, promtool, systemd-analyze)"
+./scripts/deploy-check.sh
+# test/deploy renders the chart with the same helm.
+eval "$(./scripts/tools.sh)"
+
 echo "== go test (all packages, long drills included)"
 go test -count=1 -timeout 10m ./...
 
 echo "== go test -race (core packages)"
-go test -count=1 -race -short -timeout 10m ./internal/store/... ./internal/queue/... ./internal/edge/... ./internal/dedupe/... ./internal/dispatch/... ./internal/verify/... ./internal/intake/... ./internal/config/... ./internal/admin/... ./internal/metrics/...
+go test -count=1 -race -short -timeout 10m ./internal/store/... ./internal/queue/... ./internal/edge/... ./internal/dedupe/... ./internal/dispatch/... ./internal/verify/... ./internal/intake/... ./internal/config/... ./internal/admin/... ./internal/metrics/... ./internal/ops/...

@@ -220,7 +220,7 @@ sources:
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				cmd := exec.Command(bin, "config", "check", "--config", good)
-				cmd.Env = append(os.Environ(), tc.env...)
+				cmd.Env = append(childEnv(), tc.env...)
 				var stdout, stderr bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &stdout, &stderr
 				err := cmd.Run()
@@ -261,21 +261,25 @@ sources:
 		}
 		defer logf.Close()
 		cmd := exec.Command(bin, "serve", "--config", good)
-		cmd.Env = append(os.Environ(), "ORDERS_SECRET="+secret, "NOTIFY_SOCKET="+sockPath, "ANKUSA_LOG_FORMAT=json")
+		cmd.Env = append(childEnv(), "ORDERS_SECRET="+secret, "NOTIFY_SOCKET="+sockPath, "ANKUSA_LOG_FORMAT=json")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
+		// done is closed when the process exits; exited carries its error.
+		done, exited := make(chan struct{}), make(chan error, 1)
+		go func() { exited <- cmd.Wait(); close(done) }()
 		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
+			select {
+			case <-done:
+			default:
 				_ = cmd.Process.Kill()
 				<-done
 			}
 		})
 
-		if got := readNotify(t, sock, 60*time.Second); !strings.Contains(got, "READY=1") {
+		notes := notifications(sock)
+		if got := nextNotify(t, notes, done, logPath, 60*time.Second); !strings.Contains(got, "READY=1") {
 			t.Fatalf("first notification %q, want READY=1", got)
 		}
 		// READY=1 comes after the listeners are up: the ingest address is
@@ -296,11 +300,11 @@ sources:
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		if got := readNotify(t, sock, 10*time.Second); !strings.Contains(got, "STOPPING=1") {
+		if got := nextNotify(t, notes, done, logPath, 10*time.Second); !strings.Contains(got, "STOPPING=1") {
 			t.Fatalf("notification after SIGTERM %q, want STOPPING=1", got)
 		}
 		select {
-		case err := <-done:
+		case err := <-exited:
 			if err != nil {
 				t.Fatalf("exit after SIGTERM: %v (want 0)\n%s", err, readFile(t, logPath))
 			}
@@ -310,15 +314,53 @@ sources:
 	})
 }
 
-func readNotify(t *testing.T, c *net.UnixConn, wait time.Duration) string {
-	t.Helper()
-	buf := make([]byte, 4096)
-	_ = c.SetReadDeadline(time.Now().Add(wait))
-	n, err := c.Read(buf)
-	if err != nil {
-		t.Fatalf("no sd_notify datagram within %v: %v", wait, err)
+// childEnv is this process's environment without ANKUSA_* variables: the
+// binary refuses one it does not know, and a developer's shell may hold
+// some.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ANKUSA_") {
+			env = append(env, kv)
+		}
 	}
-	return string(buf[:n])
+	return env
+}
+
+// notifications delivers each datagram the socket receives until it is
+// closed.
+func notifications(c *net.UnixConn) <-chan string {
+	ch := make(chan string, 8)
+	go func() {
+		defer close(ch)
+		buf := make([]byte, 4096)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			ch <- string(buf[:n])
+		}
+	}()
+	return ch
+}
+
+// nextNotify waits for the next datagram, failing at once if the process
+// exits first.
+func nextNotify(t *testing.T, notes <-chan string, done <-chan struct{}, logPath string, wait time.Duration) string {
+	t.Helper()
+	select {
+	case s, ok := <-notes:
+		if !ok {
+			t.Fatal("the notify socket closed")
+		}
+		return s
+	case <-done:
+		t.Fatalf("the process exited before notifying:\n%s", readFile(t, logPath))
+	case <-time.After(wait):
+		t.Fatalf("no sd_notify datagram within %v:\n%s", wait, readFile(t, logPath))
+	}
+	return ""
 }
 
 // servingAddr reads the ingest address from the JSON "ankusa serving" line.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,16 +18,16 @@ import (
 	"github.com/ankusa/ankusa/internal/config"
 )
 
-// helmBinary is the helm scripts/test.sh installs ($ANKUSA_HELM), else one
+// helmBinary is the helm scripts/test.sh installs ($DEPLOY_HELM), else one
 // on PATH; without either the chart tests skip, saying so.
 func helmBinary(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("ANKUSA_HELM"); p != "" {
+	if p := os.Getenv("DEPLOY_HELM"); p != "" {
 		return p
 	}
 	p, err := exec.LookPath("helm")
 	if err != nil {
-		t.Skip("helm not found: set ANKUSA_HELM (make test installs it) to render the chart")
+		t.Skip("helm not found: set DEPLOY_HELM (make test installs it) to render the chart")
 	}
 	return p
 }
@@ -137,8 +138,11 @@ func TestDeploy_ChartConfigsLoad(t *testing.T) {
 			const release = "ankusa"
 			ms := render(t, helm, release, vf)
 			var cm, secret, sts *manifest
+			monitored := false
 			for i := range ms {
 				switch ms[i].Kind {
+				case "ServiceMonitor":
+					monitored = true
 				case "ConfigMap":
 					cm = &ms[i]
 				case "Secret":
@@ -199,6 +203,9 @@ func TestDeploy_ChartConfigsLoad(t *testing.T) {
 			}
 			if cfg.Admin.IP != "0.0.0.0" {
 				t.Errorf("admin.ip %q: a scraper on another pod could not reach /metrics", cfg.Admin.IP)
+			}
+			if monitored && !slices.Contains(cfg.Admin.Open, "metrics") {
+				t.Errorf("a ServiceMonitor scrapes /metrics without a token, but admin.open is %v", cfg.Admin.Open)
 			}
 			if p := c.ReadinessProbe.HTTPGet; p.Path != "/ready" || p.Port != "ingest" {
 				t.Errorf("readiness probe %+v, want /ready on ingest", p)
