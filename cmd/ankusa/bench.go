@@ -15,6 +15,7 @@ import (
 	"time"
 
 	harness "github.com/ankusa/ankusa/internal/bench"
+	"github.com/ankusa/ankusa/internal/config"
 )
 
 // bench runs the closed-loop benchmark (null handler vs disk and/or dual
@@ -41,6 +42,7 @@ func bench(args []string) int {
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled mode=null|disk|dual, clients=N)")
 	modeFlag := fs.String("mode", "disk", "instance modes measured after the null handler at every level: disk, dual, or a comma list (disk,dual)")
 	confirmMs := fs.Int("confirm-ms", 5, "dual mode: the memory intake's confirm latency in ms (intake.memory.confirm_latency_ms)")
+	retentionFlag := fs.String("retention", "", "comma-separated retention.delivered values; each instance mode runs once per value (e.g. 0,2s,72h: what history costs ingest)")
 	rolesFlag := fs.String("roles", "both", "node.roles of the disk instance: both (ingest,dispatch) or ingest (no dispatcher); dual always runs both")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -75,6 +77,18 @@ func bench(args []string) int {
 		fmt.Fprintln(os.Stderr, "ankusa bench: -roles ingest applies to disk only (wal.type dual requires ingest and dispatch); measure dual in a separate run")
 		return 64
 	}
+	var retentions []string
+	if *retentionFlag != "" {
+		retentions = strings.Split(*retentionFlag, ",")
+		for _, r := range retentions {
+			c := config.Default()
+			c.Retention.Delivered = config.Duration(r)
+			if err := c.Validate(); err != nil {
+				fmt.Fprintf(os.Stderr, "ankusa bench: -retention %q: %v\n", r, err)
+				return 64
+			}
+		}
+	}
 	w := *warmup
 	if w == 0 {
 		w = -1 // harness.Options: negative means no warmup, zero the default
@@ -106,6 +120,8 @@ func bench(args []string) int {
 		Modes:     modes,
 		ConfirmMs: *confirmMs,
 		Roles:     roles,
+
+		Retentions: retentions,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ankusa bench: %v\n", err)

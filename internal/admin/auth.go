@@ -37,6 +37,8 @@ func routeRoles() map[string]role {
 		"GET /v1/config": roleRead,
 		// ?body=1 needs operate (required): bodies are the providers' data.
 		"GET /v1/hooks/{id}":                     roleRead,
+		"GET /v1/hooks":                          roleRead,
+		"POST /v1/hooks/{id}/resend":             roleOperate,
 		"GET /v1/audit":                          roleRead,
 		"GET /v1/dlq":                            roleRead,
 		"GET /v1/replays":                        roleRead,

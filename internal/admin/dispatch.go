@@ -16,6 +16,8 @@ func routeDispatch(mux *http.ServeMux, a *api) {
 	mux.HandleFunc("GET /v1/replays", a.listReplays)
 	mux.HandleFunc("GET /v1/replays/{id}", a.getReplay)
 	mux.HandleFunc("PATCH /v1/replays/{id}", a.patchReplay)
+	mux.HandleFunc("GET /v1/hooks", a.listHooks)
+	mux.HandleFunc("POST /v1/hooks/{id}/resend", a.resend)
 }
 
 // dlq serves GET /v1/dlq?source_id&since&limit.

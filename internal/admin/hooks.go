@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/store"
 )
 
@@ -29,7 +30,10 @@ type hookView struct {
 	Headers     []headerView   `json:"headers"`
 	Durable     bool           `json:"durable"`
 	Deliveries  []deliveryView `json:"deliveries"`
-	BodyBase64  *string        `json:"body_base64,omitempty"`
+	// Attempts is the attempt log, oldest first: every finished attempt
+	// with its time, sink, result, latency and error.
+	Attempts   []dispatch.AttemptView `json:"attempts_log"`
+	BodyBase64 *string                `json:"body_base64,omitempty"`
 }
 
 type headerView struct {
@@ -94,7 +98,7 @@ func (a *api) hook(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, errorBody(errStoreUnavailable))
 		return
 	}
-	deliveries, err := a.deliveries(env.Seq)
+	deliveries, sinks, err := a.deliveries(env.Seq)
 	if err == nil && len(deliveries) == 0 {
 		// Every hook has at least one sink; no rows means dispatch reclaimed
 		// it between the two reads.
@@ -126,6 +130,10 @@ func (a *api) hook(w http.ResponseWriter, r *http.Request) {
 		Headers:     make([]headerView, 0, len(env.Headers)),
 		Durable:     env.Seq <= durable,
 		Deliveries:  deliveries,
+	}
+	if v.Attempts, err = dispatch.Attempts(a.d.Store, env.Seq, sinks); err != nil {
+		a.log.Warn("hook view: attempt log unreadable", "id", id.String(), "err", err)
+		v.Attempts = []dispatch.AttemptView{}
 	}
 	if env.DedupeKey != "" {
 		v.DedupeKey = &env.DedupeKey
@@ -172,16 +180,21 @@ func (a *api) lookup(id uuid.UUID) (*store.Envelope, error) {
 	return store.DecodeEnvelope(raw)
 }
 
-// deliveries reads every delivery row of the hook at seq, in sink order.
-func (a *api) deliveries(seq uint64) ([]deliveryView, error) {
+// deliveries reads every delivery row of the hook at seq, in sink order,
+// and the sink ids by number.
+func (a *api) deliveries(seq uint64) ([]deliveryView, map[uint16]string, error) {
 	out := []deliveryView{}
+	sinks := map[uint16]string{}
 	prefix := store.DeliveryPrefix(seq)
 	var decodeErr error
-	err := a.d.Store.Scan(prefix, store.PrefixEnd(prefix), func(_, val []byte) bool {
+	err := a.d.Store.Scan(prefix, store.PrefixEnd(prefix), func(k, val []byte) bool {
 		d, err := store.DecodeDelivery(val)
 		if err != nil {
 			decodeErr = err
 			return false
+		}
+		if _, num, ok := store.ParseSeqSinkKey(k); ok {
+			sinks[num] = d.SinkID
 		}
 		dv := deliveryView{
 			Sink:      d.SinkID,
@@ -198,10 +211,10 @@ func (a *api) deliveries(seq uint64) ([]deliveryView, error) {
 		return true
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if decodeErr != nil {
-		return nil, fmt.Errorf("delivery of seq %d: %w", seq, decodeErr)
+		return nil, nil, fmt.Errorf("delivery of seq %d: %w", seq, decodeErr)
 	}
-	return out, nil
+	return out, sinks, nil
 }

@@ -268,12 +268,15 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 			Max:         time.Duration(rc.MaxMs) * time.Millisecond,
 			MaxAttempts: rc.MaxAttempts,
 		},
-		Targets:   targets,
-		Release:   release,
-		Durable:   q.Durable,
-		OnReclaim: q.Reclaimed,
-		Observer:  in.metrics,
-		Logger:    o.Logger,
+		Retention:         cfg.Retention.DeliveredDuration(),
+		RetentionMaxBytes: cfg.Retention.MaxBytes,
+		SweepInterval:     time.Duration(cfg.Retention.SweepIntervalMs) * time.Millisecond,
+		Targets:           targets,
+		Release:           release,
+		Durable:           q.Durable,
+		OnReclaim:         q.Reclaimed,
+		Observer:          in.metrics,
+		Logger:            o.Logger,
 	})
 	in.disp = disp
 	in.metrics.WatchDispatch(disp.Gauges)

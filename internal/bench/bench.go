@@ -29,6 +29,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ankusa/ankusa/internal/config"
 )
 
 // Mode names what a Result measured.
@@ -135,6 +137,10 @@ type Options struct {
 	// always runs both (config validation requires them under dual), so Run
 	// refuses Roles without dispatch when Modes include dual.
 	Roles []string
+	// Retentions, when set, runs every instance mode once per value of
+	// retention.delivered ("0", "2s", "72h"), to measure what keeping
+	// history (and its sweep) costs ingest [the default: 0 only].
+	Retentions []string
 }
 
 func (o *Options) fill() {
@@ -204,6 +210,8 @@ type Result struct {
 
 	// Roles are the instance's node.roles (instance modes only).
 	Roles []string
+	// Retention is retention.delivered of the instance ("" = the default 0).
+	Retention string
 	// FsyncP50 estimates the median WAL fsync during the window from the
 	// bucket deltas of ankusa_wal_sync_duration_seconds (interpolated inside
 	// a bucket, as PromQL's histogram_quantile does); zero when unknown.
@@ -268,7 +276,21 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	body := makeBody(o.BodyBytes)
 	var out []Result
 	for _, c := range o.Clients {
-		for _, mode := range append([]Mode{ModeNull}, o.Modes...) {
+		type run struct {
+			mode      Mode
+			retention string
+		}
+		runs := []run{{mode: ModeNull}}
+		for _, m := range o.Modes {
+			if len(o.Retentions) == 0 {
+				runs = append(runs, run{mode: m})
+			}
+			for _, ret := range o.Retentions {
+				runs = append(runs, run{m, ret})
+			}
+		}
+		for _, rn := range runs {
+			mode := rn.mode
 			if err := ctx.Err(); err != nil {
 				return out, err
 			}
@@ -284,7 +306,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 				if mode == ModeNull {
 					r, err = runNull(ctx, &o, c, body)
 				} else {
-					r, err = runInstance(ctx, &o, root, mode, c, body)
+					r, err = runInstance(ctx, &o, root, mode, rn.retention, c, body)
 				}
 			})
 			if err != nil {
@@ -325,7 +347,7 @@ func runNull(ctx context.Context, o *Options, clients int, body []byte) (Result,
 	return drive(ctx, o, ModeNull, clients, url, body, nil)
 }
 
-func runInstance(ctx context.Context, o *Options, root string, mode Mode, clients int, body []byte) (Result, error) {
+func runInstance(ctx context.Context, o *Options, root string, mode Mode, retention string, clients int, body []byte) (Result, error) {
 	dir, err := os.MkdirTemp(root, fmt.Sprintf("%s-c%d-", mode, clients))
 	if err != nil {
 		return Result{}, err
@@ -337,6 +359,9 @@ func runInstance(ctx context.Context, o *Options, root string, mode Mode, client
 		roles = DefaultRoles
 	}
 	cfg := instanceConfig(dir, mode, o.ConfirmMs, roles)
+	if retention != "" {
+		cfg.Retention.Delivered = config.Duration(retention)
+	}
 	in, stop, err := startInstance(cfg, o.Logger)
 	if err != nil {
 		return Result{}, err
@@ -371,6 +396,7 @@ func runInstance(ctx context.Context, o *Options, root string, mode Mode, client
 		return r, err
 	}
 	r.Roles = roles
+	r.Retention = retention
 	r.Fsyncs = s1.syncs - s0.syncs
 	r.Hooks = s1.durable - s0.durable
 	secs := r.Window.Seconds()

@@ -320,6 +320,9 @@ func FormatResult(r Result) string {
 	if note := rolesNote(r); note != "" {
 		fmt.Fprintf(&b, " roles=%s", strings.Join(r.Roles, ","))
 	}
+	if r.Retention != "" {
+		fmt.Fprintf(&b, " retention=%s", r.Retention)
+	}
 	fmt.Fprintf(&b, "  req/s=%.0f  p50=%s  p99=%s", r.ReqPerSec, fmtDur(r.P50), fmtDur(r.P99))
 	if r.Mode != ModeNull {
 		fmt.Fprintf(&b, "  fsyncs/s=%.0f  mean_group=%.1f", r.FsyncsPerSec, r.MeanGroup)

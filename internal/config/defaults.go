@@ -196,6 +196,10 @@ func applyDefaults(c *Config, given func(key string) bool) {
 	def(given, "retry.max_ms", &r.MaxMs, defaultRetryMaxMs)
 	def(given, "retry.max_attempts", &r.MaxAttempts, defaultRetryMaxAttempts)
 
+	def(given, "retention.delivered", &c.Retention.Delivered, Duration("0"))
+	def(given, "retention.max_bytes", &c.Retention.MaxBytes, int64(1<<30))
+	def(given, "retention.sweep_interval_ms", &c.Retention.SweepIntervalMs, 1_000)
+
 	q := &c.Quarantine
 	def(given, "quarantine.max_bytes", &q.MaxBytes, defaultQuarantineMaxBytes)
 	def(given, "quarantine.rate", &q.Rate, defaultQuarantineRate)

@@ -250,6 +250,9 @@ func checkShape(node any, t reflect.Type, path string, present map[string]bool, 
 			checkShape(el, t.Elem(), p, present, errs)
 		}
 	case reflect.String:
+		if t == reflect.TypeFor[Duration]() && isZeroNumber(node) {
+			return // "delivered: 0" needs no unit; it decodes as "0"
+		}
 		if _, ok := node.(string); !ok {
 			// Refused rather than converted: YAML reads 007 as 7 and
 			// 1e3 as 1000, which would silently mangle ids and secrets.
@@ -355,4 +358,17 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// isZeroNumber reports whether a YAML scalar is the integer 0.
+func isZeroNumber(node any) bool {
+	switch n := node.(type) {
+	case uint64:
+		return n == 0
+	case int64:
+		return n == 0
+	case int:
+		return n == 0
+	}
+	return false
 }

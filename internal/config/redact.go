@@ -40,6 +40,7 @@ func shownInClear() []string {
 		"http.prefix",
 		"admin.ip",
 		"admin.open[]",
+		"retention.delivered",
 		"admin.tls.cert_file", // paths, not the files' contents
 		"admin.tls.key_file",
 		"admin.tls.client_ca_file",

@@ -6,7 +6,11 @@
 package config
 
 import (
+	"fmt"
 	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/ankusa/ankusa/internal/verify"
 )
@@ -26,6 +30,8 @@ type Config struct {
 	Backup   BackupConfig   `yaml:"backup" json:"backup"`
 	Dispatch DispatchConfig `yaml:"dispatch" json:"dispatch"`
 	Retry    RetryConfig    `yaml:"retry" json:"retry"`
+	// Retention keeps delivered hooks (history) for a while.
+	Retention RetentionConfig `yaml:"retention" json:"retention"`
 	// Quarantine bounds the pen of hooks that failed verification on a
 	// source with on_verify_failure: quarantine.
 	Quarantine QuarantineConfig `yaml:"quarantine" json:"quarantine"`
@@ -181,6 +187,43 @@ type RetryConfig struct {
 	BaseMs      int `yaml:"base_ms" json:"base_ms"`           // default 100, 1..3_600_000
 	MaxMs       int `yaml:"max_ms" json:"max_ms"`             // default 300_000, 1..86_400_000; >= base_ms
 	MaxAttempts int `yaml:"max_attempts" json:"max_attempts"` // default 84, 1..10_000
+}
+
+// RetentionConfig is how long delivered hooks stay readable (GET
+// /v1/hooks, resend) before the background sweep removes them.
+type RetentionConfig struct {
+	// Delivered is a duration ("72h", "7d", "90m"); "0" (the default)
+	// removes a hook as soon as every delivery succeeded. Use
+	// DeliveredDuration. At most 365d.
+	Delivered Duration `yaml:"delivered" json:"delivered"`
+	// MaxBytes bounds the bodies of the delivered hooks kept; past it the
+	// oldest delivered hooks are removed first, before their retention
+	// ends. Default 1 GiB, 1 MiB..16 TiB.
+	MaxBytes int64 `yaml:"max_bytes" json:"max_bytes"`
+	// SweepIntervalMs is how often the sweep runs. Default 1_000, 100..3_600_000.
+	SweepIntervalMs int `yaml:"sweep_interval_ms" json:"sweep_interval_ms"`
+}
+
+// DeliveredDuration is Delivered parsed; 0 when it does not parse (Validate
+// refuses such a config).
+func (r RetentionConfig) DeliveredDuration() time.Duration {
+	d, _ := parseRetention(string(r.Delivered))
+	return d
+}
+
+// Duration is a duration written as a string ("72h", "7d"), or a bare 0.
+type Duration string
+
+// parseRetention reads a Go duration, or a whole number of days ("7d").
+func parseRetention(s string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 0 {
+			return 0, fmt.Errorf("bad day count %q", n)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
 }
 
 // NodeConfig identifies the instance and where it keeps its data.

@@ -33,6 +33,7 @@ func (c *Config) Validate() error {
 	intRange(v, "dedupe.sweep_batch", c.Dedupe.SweepBatch, 1, 100_000)
 	c.validateDispatch(v)
 	c.validateRetry(v)
+	c.validateRetention(v)
 	c.validateSourceStore(v)
 	c.validateSources(v)
 	c.validateQuarantine(v)

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"time"
 )
 
 var tokenNameRE = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
@@ -71,4 +72,16 @@ func validateListenerTLS(v *validator, p string, t ListenerTLS) {
 	case t.KeyFile != "" && t.CertFile == "":
 		v.add(p+".cert_file", "required when %s.key_file is set", p)
 	}
+}
+
+// validateRetention checks the history keys.
+func (c *Config) validateRetention(v *validator) {
+	r := c.Retention
+	if d, err := parseRetention(string(r.Delivered)); err != nil {
+		v.add("retention.delivered", "must be a duration such as 72h, 7d or 0, got %q", r.Delivered)
+	} else if d < 0 || d > 365*24*time.Hour {
+		v.add("retention.delivered", "must be between 0 and 365d, got %q", r.Delivered)
+	}
+	intRange(v, "retention.max_bytes", r.MaxBytes, 1<<20, 16<<40)
+	intRange(v, "retention.sweep_interval_ms", r.SweepIntervalMs, 100, 3_600_000)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ankusa/ankusa/internal/config"
 )
@@ -129,5 +130,42 @@ func TestAdminTokensRedacted(t *testing.T) {
 		if !strings.Contains(out, shown) {
 			t.Errorf("redacted config does not show %s: %s", shown, out)
 		}
+	}
+}
+
+func TestRetentionKeys(t *testing.T) {
+	tests := []struct {
+		yml       string
+		want      time.Duration
+		key, rule string
+	}{
+		{yml: "", want: 0},
+		{yml: "retention: {delivered: 0}\n", want: 0},
+		{yml: "retention: {delivered: 72h}\n", want: 72 * time.Hour},
+		{yml: "retention: {delivered: 7d}\n", want: 7 * 24 * time.Hour},
+		{yml: "retention: {delivered: 90m}\n", want: 90 * time.Minute},
+		{yml: "retention: {delivered: soon}\n", key: "retention.delivered", rule: "must be a duration"},
+		{yml: "retention: {delivered: 400d}\n", key: "retention.delivered", rule: "between 0 and 365d"},
+		{yml: "retention: {delivered: -1h}\n", key: "retention.delivered", rule: "between 0 and 365d"},
+		{yml: "retention: {max_bytes: 10}\n", key: "retention.max_bytes", rule: "must be between"},
+		{yml: "retention: {sweep_interval_ms: 1}\n", key: "retention.sweep_interval_ms", rule: "must be between"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.yml, func(t *testing.T) {
+			c, err := config.LoadBytes([]byte(tt.yml+minimal), noEnv)
+			if tt.key != "" {
+				wantViolation(t, err, tt.key, tt.rule)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Retention.DeliveredDuration(); got != tt.want {
+				t.Fatalf("delivered = %s, want %s", got, tt.want)
+			}
+			if c.Retention.MaxBytes != 1<<30 || c.Retention.SweepIntervalMs != 1000 {
+				t.Fatalf("defaults: %+v", c.Retention)
+			}
+		})
 	}
 }

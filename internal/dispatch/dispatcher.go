@@ -64,6 +64,13 @@ type Options struct {
 	// and commits those that pass under their original ids.
 	Release Releaser
 
+	// Retention keeps a fully delivered hook this long (history.go); 0
+	// removes it at once. RetentionMaxBytes bounds the bodies kept (the
+	// oldest go first past it); SweepInterval is how often the sweep runs.
+	Retention         time.Duration
+	RetentionMaxBytes int64
+	SweepInterval     time.Duration
+
 	Observer Observer
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -97,6 +104,12 @@ func (o *Options) fill() {
 		o.BreakerCooldown = 10 * time.Second
 	}
 	o.Retry.fill()
+	if o.RetentionMaxBytes <= 0 {
+		o.RetentionMaxBytes = 1 << 30
+	}
+	if o.SweepInterval <= 0 {
+		o.SweepInterval = time.Second
+	}
 	if o.OnReclaim == nil {
 		o.OnReclaim = func(int, int) {}
 	}
@@ -157,6 +170,10 @@ type Dispatcher struct {
 
 	inflightGauge atomic.Int64
 	deadGauge     atomic.Int64
+	// retainedHooks and retainedBytes count the retained rows (history.go
+	// invariant 1); written on the loop, read by scrapes.
+	retainedHooks atomic.Int64
+	retainedBytes atomic.Int64
 
 	// started is set by Start: from then on every delivery-row write runs
 	// on the loop; before it, offLoop serialises the few that run without it.
@@ -246,6 +263,9 @@ func (d *Dispatcher) Start() error {
 		return fmt.Errorf("count dead rows: %w", err)
 	}
 	d.deadGauge.Store(int64(n))
+	if err := d.loadRetained(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	d.done = make(chan struct{})
@@ -273,6 +293,8 @@ func (d *Dispatcher) run(ctx context.Context) {
 	defer timer.Stop()
 	jobTick := time.NewTicker(replayTick)
 	defer jobTick.Stop()
+	sweepTick := time.NewTicker(d.o.SweepInterval)
+	defer sweepTick.Stop()
 	for {
 		next := d.scanAndClaim(ctx)
 		wait := d.o.Poll
@@ -291,6 +313,15 @@ func (d *Dispatcher) run(ctx context.Context) {
 		case <-timer.C:
 		case <-jobTick.C:
 			d.runJobs()
+		case <-sweepTick.C:
+			// One pass of at most sweepBatch hooks, so the loop's other
+			// work waits at most one pass; while more are due the next
+			// pass comes at once.
+			if d.sweep() {
+				sweepTick.Reset(time.Millisecond)
+			} else {
+				sweepTick.Reset(d.o.SweepInterval)
+			}
 		case f := <-d.cmds:
 			f()
 		}

@@ -60,8 +60,9 @@ func (d *Dispatcher) record(rs []result) {
 	}
 	outs := make([]outcome, 0, len(rs))
 	var delivered []uint64
-	// done: rows this batch marks delivered, not yet visible in the store.
-	done := map[rowRef]bool{}
+	// done: rows this batch marks delivered (with the number of the attempt
+	// logged for them), not yet visible in the store.
+	done := map[rowRef]uint32{}
 	dead := 0
 	for _, r := range rs {
 		c := r.c
@@ -79,10 +80,13 @@ func (d *Dispatcher) record(rs []result) {
 		br := d.breaker(c.num)
 		if r.err == nil {
 			br.success()
-			dl.State, dl.NextAtMs, dl.LastError = store.StateDelivered, 0, ""
+			// NextAtMs of a finished row is when it finished (history.go
+			// invariant 1).
+			dl.State, dl.NextAtMs, dl.LastError = store.StateDelivered, nowMs, ""
 			_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
+			d.logAttempt(b, c, &dl, "delivered", r, nowMs)
 			delivered = append(delivered, c.seq)
-			done[rowRef{c.seq, c.num}] = true
+			done[rowRef{c.seq, c.num}] = dl.Attempts
 			outs = append(outs, outcome{dl.SinkID, "delivered", r.dur})
 			continue
 		}
@@ -96,7 +100,8 @@ func (d *Dispatcher) record(rs []result) {
 		}
 		dl.LastError = truncate(r.err.Error(), maxErrorLen)
 		if permanent || int(dl.Attempts) >= d.o.Retry.MaxAttempts {
-			dl.State, dl.NextAtMs = store.StateDead, 0
+			dl.State, dl.NextAtMs = store.StateDead, nowMs
+			d.logAttempt(b, c, &dl, "dead", r, nowMs)
 			reason := dl.LastError
 			if !permanent {
 				reason = "attempts exhausted: " + reason
@@ -111,6 +116,7 @@ func (d *Dispatcher) record(rs []result) {
 		// target's Retry-After has elapsed.
 		delay := d.o.Retry.Delay(max(int(dl.Attempts), 1), d.o.Jitter(), retryAfter)
 		next := (now.Add(delay).UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+		d.logAttempt(b, c, &dl, "retry", r, nowMs)
 		dl.State, dl.NextAtMs = store.StateDue, next
 		_ = b.Set(store.DueKey(next, c.seq, c.num), nil, nil)
 		d.noteDue(next)
@@ -118,7 +124,7 @@ func (d *Dispatcher) record(rs []result) {
 		outs = append(outs, outcome{dl.SinkID, "retry", r.dur})
 	}
 	d.inflightGauge.Store(int64(d.inflight))
-	hooks, rows := d.reclaim(b, delivered, done)
+	hooks, rows, kept, keptBytes := d.reclaim(b, nowMs, delivered, done)
 	if err := d.st.Apply(b); err != nil {
 		// The rows stay inflight in the store; the next start returns them
 		// to due. Nothing is dropped, at worst delivered again.
@@ -132,6 +138,8 @@ func (d *Dispatcher) record(rs []result) {
 	for _, o := range outs {
 		d.o.Observer.Delivery(o.sinkID, o.result, o.dur)
 	}
+	d.retainedHooks.Add(int64(kept))
+	d.retainedBytes.Add(keptBytes)
 	if hooks > 0 {
 		d.o.OnReclaim(hooks, rows)
 	}
@@ -142,12 +150,13 @@ type rowRef struct {
 	num uint16
 }
 
-// reclaim adds to b the deletes of the hooks among seqs whose every
-// delivery row is delivered (in the store, or by b itself: done): the hook,
-// its id index and its delivery rows. Dedupe rows stay until their TTL so
-// that a provider's late retry is still absorbed. A hook it cannot read is
-// left for the boot sweep.
-func (d *Dispatcher) reclaim(b *store.Batch, seqs []uint64, done map[rowRef]bool) (hooks, rows int) {
+// reclaim adds to b, for the hooks among seqs whose every delivery row is
+// delivered (in the store, or by b itself: done), either their retained
+// row (Retention > 0: history.go keeps them until the sweep) or the deletes
+// of every row of the hook. Dedupe rows stay until their TTL so that a
+// provider's late retry is still absorbed. A hook it cannot read is left
+// for the boot sweep.
+func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, seqs []uint64, done map[rowRef]uint32) (hooks, rows, kept int, keptBytes int64) {
 	seen := map[uint64]bool{}
 	for _, seq := range seqs {
 		if seen[seq] {
@@ -158,7 +167,7 @@ func (d *Dispatcher) reclaim(b *store.Batch, seqs []uint64, done map[rowRef]bool
 		all := true
 		p := store.DeliveryPrefix(seq)
 		err := d.st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool {
-			if s, num, ok := store.ParseSeqSinkKey(k); ok && done[rowRef{s, num}] {
+			if s, num, ok := store.ParseSeqSinkKey(k); ok && done[rowRef{s, num}] > 0 {
 				keys = append(keys, append([]byte(nil), k...))
 				return true
 			}
@@ -173,17 +182,34 @@ func (d *Dispatcher) reclaim(b *store.Batch, seqs []uint64, done map[rowRef]bool
 		if err != nil || !all || len(keys) == 0 {
 			continue
 		}
-		if d.deleteHook(b, seq, keys) {
+		if d.o.Retention > 0 {
+			if hv, err := d.st.Get(store.HookKey(seq)); err == nil && hv != nil {
+				if env, err := store.DecodeEnvelope(hv); err == nil {
+					d.keep(b, seq, nowMs, len(env.Body))
+					kept++
+					keptBytes += int64(len(env.Body))
+				}
+			}
+			continue
+		}
+		// The attempt rows this batch writes are not in the store yet.
+		var extra [][]byte
+		for ref, n := range done {
+			if ref.seq == seq {
+				extra = append(extra, store.AttemptKey(seq, ref.num, n))
+			}
+		}
+		if d.deleteHook(b, seq, extra) {
 			hooks++
 			rows += len(keys)
 		}
 	}
-	return hooks, rows
+	return hooks, rows, kept, keptBytes
 }
 
-// deleteHook adds to b the deletes of hook seq, its id index and its
-// delivery rows (keys); false when the hook cannot be read.
-func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64, keys [][]byte) bool {
+// deleteHook adds to b the deletes of every row of hook seq
+// (store.HookRowKeys) and of extra; false when the hook cannot be read.
+func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64, extra [][]byte) bool {
 	hv, err := d.st.Get(store.HookKey(seq))
 	if err != nil || hv == nil {
 		return false
@@ -192,9 +218,11 @@ func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64, keys [][]byte) bool 
 	if err != nil {
 		return false
 	}
-	_ = b.Delete(store.HookKey(seq), nil)
-	_ = b.Delete(store.HookIDKey(env.ID), nil)
-	for _, k := range keys {
+	keys, err := d.st.HookRowKeys(env)
+	if err != nil {
+		return false
+	}
+	for _, k := range append(keys, extra...) {
 		_ = b.Delete(k, nil)
 	}
 	return true
@@ -211,12 +239,16 @@ func (d *Dispatcher) sweepDelivered() error {
 	var cur uint64
 	var keys [][]byte
 	all, have := true, false
+	var newest int64 // the newest NextAtMs of cur's rows: its retained row's time
 	flush := func() {
-		if have && all && len(keys) > 0 && d.deleteHook(b, cur, keys) {
+		if have && all && len(keys) > 0 && d.retained(cur, newest) {
+			all = false // kept by retention.delivered (history.go)
+		}
+		if have && all && len(keys) > 0 && d.deleteHook(b, cur, nil) {
 			hooks++
 			rows += len(keys)
 		}
-		keys, all, have = keys[:0], true, false
+		keys, all, have, newest = keys[:0], true, false, 0
 	}
 	err := d.st.Scan([]byte{store.PrefixDelivery}, []byte{store.PrefixDelivery + 1}, func(k, v []byte) bool {
 		seq, _, ok := store.ParseSeqSinkKey(k)
@@ -232,6 +264,7 @@ func (d *Dispatcher) sweepDelivered() error {
 			all = false
 			return true
 		}
+		newest = max(newest, dl.NextAtMs)
 		keys = append(keys, append([]byte(nil), k...))
 		return true
 	})
@@ -250,6 +283,12 @@ func (d *Dispatcher) sweepDelivered() error {
 		d.o.OnReclaim(hooks, rows)
 	}
 	return nil
+}
+
+// retained reports whether hook seq has its retained row at deliveredAtMs.
+func (d *Dispatcher) retained(seq uint64, deliveredAtMs int64) bool {
+	v, err := d.st.Get(store.RetainedKey(deliveredAtMs, seq))
+	return err != nil || v != nil // unreadable: keep it, never guess a delete
 }
 
 func truncate(s string, n int) string {

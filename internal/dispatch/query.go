@@ -106,6 +106,9 @@ func (d *Dispatcher) OldestDueAge(now time.Time) time.Duration {
 type Gauges struct {
 	Pending, Inflight, Dead int64
 	OldestDueAge            time.Duration
+	// HistoryHooks and HistoryBytes are the delivered hooks kept by
+	// retention.delivered and the bytes of their bodies.
+	HistoryHooks, HistoryBytes int64
 }
 
 // Gauges reads the queue gauges. Pending counts due rows (a scan: call it
@@ -117,5 +120,7 @@ func (d *Dispatcher) Gauges() Gauges {
 		Inflight:     d.inflightGauge.Load(),
 		Dead:         d.deadGauge.Load(),
 		OldestDueAge: d.OldestDueAge(d.o.Now()),
+		HistoryHooks: d.retainedHooks.Load(),
+		HistoryBytes: d.retainedBytes.Load(),
 	}
 }

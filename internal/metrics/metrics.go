@@ -287,6 +287,8 @@ var (
 	descInflight = prometheus.NewDesc("ankusa_queue_inflight", "Delivery rows claimed by dispatch (waiting for a worker or being attempted); returned to due at restart.", nil, nil)
 	descDead     = prometheus.NewDesc("ankusa_queue_dead", "Delivery rows in the dead-letter queue.", nil, nil)
 	descOldest   = prometheus.NewDesc("ankusa_queue_oldest_due_age_seconds", "How long the oldest due row has waited (dispatch lag).", nil, nil)
+	descHistHook = prometheus.NewDesc("ankusa_history_hooks", "Delivered hooks kept by retention.delivered.", nil, nil)
+	descHistByte = prometheus.NewDesc("ankusa_history_bytes", "Body bytes of the delivered hooks kept; bounded by retention.max_bytes (the oldest go first past it).", nil, nil)
 )
 
 func (c *dispatchCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -294,6 +296,8 @@ func (c *dispatchCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descInflight
 	ch <- descDead
 	ch <- descOldest
+	ch <- descHistHook
+	ch <- descHistByte
 }
 
 func (c *dispatchCollector) Collect(ch chan<- prometheus.Metric) {
@@ -302,6 +306,8 @@ func (c *dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(g.Inflight))
 	ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(g.Dead))
 	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, g.OldestDueAge.Seconds())
+	ch <- prometheus.MustNewConstMetric(descHistHook, prometheus.GaugeValue, float64(g.HistoryHooks))
+	ch <- prometheus.MustNewConstMetric(descHistByte, prometheus.GaugeValue, float64(g.HistoryBytes))
 }
 
 // Dual reports through this interface.

@@ -324,6 +324,9 @@ func (a *applier) write(b *store.Batch, env *store.Envelope, seq uint64) {
 	env.Seq = seq
 	_ = b.Set(store.HookKey(seq), store.EncodeEnvelope(env), nil)
 	_ = b.Set(store.HookIDKey(env.ID), store.U64(seq), nil)
+	for _, k := range store.HookIndexKeys(env.Tenant, env.Source, seq) {
+		_ = b.Set(k, nil, nil)
+	}
 	dueAt := a.o.Now().UnixMilli()
 	for _, sk := range route.Sinks {
 		_ = b.Set(store.DeliveryKey(seq, sk.Num), store.EncodeDelivery(&store.Delivery{

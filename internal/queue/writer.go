@@ -312,8 +312,12 @@ func (w *writer) commit(items []*item) {
 		w.nextSeq++
 		env.Seq = seq
 		val := store.EncodeEnvelope(&env)
-		ops := make([]kv, 0, 4+2*len(r.Sinks))
+		ops := make([]kv, 0, 6+2*len(r.Sinks))
 		ops = append(ops, kv{store.HookKey(seq), val}, kv{store.HookIDKey(it.id), store.U64(seq)})
+		// The listing indexes (GET /v1/hooks?source|tenant) ride in the
+		// hook's batch, so the fence undoes them with it.
+		idx := store.HookIndexKeys(env.Tenant, env.Source, seq)
+		ops = append(ops, kv{idx[0], nil}, kv{idx[1], nil})
 		// Due at commit time, never earlier than the previous group's: new due
 		// keys only ever land at or after dispatch's scan cursor, so its scan
 		// can skip the tombstones of rows it already claimed.

@@ -75,9 +75,6 @@ func (s *Store) putAudit(e *AuditEntry, sync bool) error {
 		return fmt.Errorf("audit %s: %w", e.Action, err)
 	}
 	b := s.NewBatch()
-	if b == nil {
-		return ErrClosed
-	}
 	defer b.Close()
 	_ = b.Set(AuditKey(e.At.UnixNano(), e.Action), v, nil)
 	if sync {

@@ -26,6 +26,13 @@ const (
 	PrefixPen      byte = 'p' // p + received_at(8) + id(16)                  → quarantined hook (internal/quarantine)
 	PrefixSource   byte = 's' // s + source id                                → API-managed source JSON
 	PrefixProbe    byte = 'z' // z:probe                                      → readiness probe stamp
+	// History (retention.delivered): the listing indexes, the attempt log
+	// and the retained set. Written with the hook / the outcome, deleted
+	// with the hook (HookRowKeys lists them).
+	PrefixSourceIdx byte = 'n' // n + source 0 seq(8)                          → empty (GET /v1/hooks?source)
+	PrefixTenantIdx byte = 'o' // o + tenant 0 seq(8)                          → empty (GET /v1/hooks?tenant)
+	PrefixAttempt   byte = 'w' // w + seq(8) + sink(2) + n(4)                   → encoded attempt (history.go)
+	PrefixRetained  byte = 'g' // g + delivered_at(8, unix ms) + seq(8)         → body bytes(8)
 )
 
 // Meta keys.
@@ -220,3 +227,83 @@ func ParseAuditKey(k []byte) (atNs int64, action string, ok bool) {
 
 // JobKey is j + id: a replay job's JSON.
 func JobKey(id string) []byte { return append([]byte{PrefixJob}, id...) }
+
+// SourceIndexKey is n + source 0 seq: hooks of one source, oldest first.
+func SourceIndexKey(source string, seq uint64) []byte {
+	return nameSeqKey(PrefixSourceIdx, source, seq)
+}
+
+// TenantIndexKey is o + tenant 0 seq: hooks of one tenant, oldest first.
+func TenantIndexKey(tenant string, seq uint64) []byte {
+	return nameSeqKey(PrefixTenantIdx, tenant, seq)
+}
+
+// NameIndexPrefix is the prefix of one source's (n) or tenant's (o) index.
+func NameIndexPrefix(prefix byte, name string) []byte {
+	k := make([]byte, 0, 2+len(name))
+	k = append(k, prefix)
+	k = append(k, name...)
+	return append(k, 0)
+}
+
+func nameSeqKey(prefix byte, name string, seq uint64) []byte {
+	k := NameIndexPrefix(prefix, name)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// ParseNameSeqKey returns the seq of a source or tenant index key.
+func ParseNameSeqKey(k []byte) (uint64, bool) {
+	if len(k) < 10 || k[len(k)-9] != 0 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(k[len(k)-8:]), true
+}
+
+// AttemptKey is w + seq + sink + n: the n-th attempt of one delivery.
+func AttemptKey(seq uint64, sink uint16, n uint32) []byte {
+	k := make([]byte, 15)
+	k[0] = PrefixAttempt
+	binary.BigEndian.PutUint64(k[1:], seq)
+	binary.BigEndian.PutUint16(k[9:], sink)
+	binary.BigEndian.PutUint32(k[11:], n)
+	return k
+}
+
+// ParseAttemptKey splits an attempt key.
+func ParseAttemptKey(k []byte) (seq uint64, sink uint16, n uint32, ok bool) {
+	if len(k) != 15 || k[0] != PrefixAttempt {
+		return 0, 0, 0, false
+	}
+	return binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint16(k[9:11]), binary.BigEndian.Uint32(k[11:15]), true
+}
+
+// AttemptPrefix is w + seq: every attempt of one hook.
+func AttemptPrefix(seq uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = PrefixAttempt
+	binary.BigEndian.PutUint64(k[1:], seq)
+	return k
+}
+
+// RetainedKey is g + delivered_at + seq: a delivered hook kept for
+// retention.delivered, in the order the sweep removes them.
+func RetainedKey(deliveredAtMs int64, seq uint64) []byte {
+	k := make([]byte, 17)
+	k[0] = PrefixRetained
+	binary.BigEndian.PutUint64(k[1:], uint64(deliveredAtMs))
+	binary.BigEndian.PutUint64(k[9:], seq)
+	return k
+}
+
+// ParseRetainedKey splits a retained key.
+func ParseRetainedKey(k []byte) (deliveredAtMs int64, seq uint64, ok bool) {
+	if len(k) != 17 || k[0] != PrefixRetained {
+		return 0, 0, false
+	}
+	return int64(binary.BigEndian.Uint64(k[1:9])), binary.BigEndian.Uint64(k[9:17]), true
+}
+
+// HookIndexKeys are the listing index rows written with a hook.
+func HookIndexKeys(tenant, source string, seq uint64) [2][]byte {
+	return [2][]byte{SourceIndexKey(source, seq), TenantIndexKey(tenant, seq)}
+}

@@ -1,0 +1,572 @@
+package dispatch
+
+// History: delivered hooks kept for Options.Retention, their attempt log,
+// the sweep that removes them, the listing behind GET /v1/hooks and resend.
+//
+// Invariants:
+//
+//  1. A hook whose every delivery is delivered is either removed at once
+//     (Retention 0) or has exactly one retained row g + delivered_at + seq,
+//     whose value is its body size; retained is the sum of those values.
+//     delivered_at is the newest NextAtMs of its delivery rows (record
+//     stamps a delivered or dead row's NextAtMs with when that happened),
+//     so the row can be found again from the hook alone.
+//  2. The sweep removes a retained hook once delivered_at + Retention has
+//     passed, and, while retained > RetentionMaxBytes, the oldest retained
+//     hooks first whatever their age (the budget wins over the duration).
+//  3. A resend turns the chosen deliveries back into due rows (removing the
+//     retained row, or the dead row, that they leave) in one batch on the
+//     loop goroutine, like every other dispatch write.
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// sweepBatch bounds the hooks one sweep pass removes, so a pass never
+// holds the loop (and ingest's dispatch wake-ups) for long.
+const sweepBatch = 512
+
+// logAttempt adds the attempt log row of a finished attempt to b.
+func (d *Dispatcher) logAttempt(b *store.Batch, c claimed, dl *store.Delivery, result string, r result, nowMs int64) {
+	a := store.Attempt{AtMs: nowMs, Result: result, LatencyMs: r.dur.Milliseconds(), ReplayID: dl.ReplayID}
+	if r.err != nil {
+		a.Error = truncate(r.err.Error(), maxErrorLen)
+	}
+	_ = b.Set(store.AttemptKey(c.seq, c.num, dl.Attempts), store.EncodeAttempt(&a), nil)
+}
+
+// keep writes the retained row of a fully delivered hook (invariant 1).
+func (d *Dispatcher) keep(b *store.Batch, seq uint64, deliveredAtMs int64, size int) {
+	_ = b.Set(store.RetainedKey(deliveredAtMs, seq), store.U64(uint64(size)), nil)
+}
+
+// loadRetained sums the retained rows at start (invariant 1).
+func (d *Dispatcher) loadRetained() error {
+	var n, bytes int64
+	err := d.st.Scan([]byte{store.PrefixRetained}, []byte{store.PrefixRetained + 1}, func(_, v []byte) bool {
+		sz, _ := store.ParseU64(v)
+		n++
+		bytes += int64(sz)
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("read retained hooks: %w", err)
+	}
+	d.retainedHooks.Store(n)
+	d.retainedBytes.Store(bytes)
+	return nil
+}
+
+// sweep removes up to sweepBatch retained hooks that invariant 2 says must
+// go. It reports whether more are due now.
+func (d *Dispatcher) sweep() (more bool) {
+	nowMs := d.o.Now().UnixMilli()
+	cutoff := nowMs - d.o.Retention.Milliseconds()
+	over := d.retainedBytes.Load() - d.o.RetentionMaxBytes
+	type victim struct {
+		key  []byte
+		seq  uint64
+		size int64
+	}
+	var vs []victim
+	err := d.st.Scan([]byte{store.PrefixRetained}, []byte{store.PrefixRetained + 1}, func(k, v []byte) bool {
+		at, seq, ok := store.ParseRetainedKey(k)
+		if !ok {
+			return true
+		}
+		if at > cutoff && over <= 0 {
+			return false // oldest first: nothing after this is due either
+		}
+		if len(vs) == sweepBatch {
+			more = true
+			return false
+		}
+		sz, _ := store.ParseU64(v)
+		over -= int64(sz)
+		vs = append(vs, victim{append([]byte(nil), k...), seq, int64(sz)})
+		return true
+	})
+	if err != nil {
+		d.log.Warn("history sweep: scan failed", "err", err)
+		return false
+	}
+	if len(vs) == 0 {
+		return false
+	}
+	b := d.st.NewBatch()
+	defer b.Close()
+	rows, bytes := 0, int64(0)
+	for _, v := range vs {
+		_ = b.Delete(v.key, nil)
+		bytes += v.size
+		hv, err := d.st.Get(store.HookKey(v.seq))
+		if err != nil {
+			d.log.Warn("history sweep: read failed", "seq", v.seq, "err", err)
+			return false
+		}
+		if hv == nil {
+			continue // the retained row outlived its hook: drop the row
+		}
+		env, err := store.DecodeEnvelope(hv)
+		if err != nil {
+			d.log.Error("history sweep: corrupt hook; its retained row is dropped, the hook kept", "seq", v.seq, "err", err)
+			continue
+		}
+		keys, err := d.st.HookRowKeys(env)
+		if err != nil {
+			d.log.Warn("history sweep: read failed", "seq", v.seq, "err", err)
+			return false
+		}
+		for _, k := range keys {
+			_ = b.Delete(k, nil)
+			if len(k) > 0 && k[0] == store.PrefixDelivery {
+				rows++
+			}
+		}
+	}
+	// Not synced: a sweep lost in a crash is done again by the next one.
+	if err := d.st.Apply(b); err != nil {
+		d.log.Warn("history sweep failed; retried at the next pass", "err", err)
+		return false
+	}
+	d.retainedHooks.Add(-int64(len(vs)))
+	d.retainedBytes.Add(-bytes)
+	d.o.OnReclaim(len(vs), rows)
+	return more
+}
+
+// Errors of Resend.
+var (
+	ErrNoHook     = errors.New("no such hook")
+	ErrNoSink     = errors.New("the hook has no such sink")
+	ErrPending    = errors.New("a delivery of this hook is still pending")
+	ErrNotDurable = errors.New("the hook is not durable yet")
+)
+
+// ResendResult is the answer of a resend.
+type ResendResult struct {
+	ResendID string   `json:"resend_id"`
+	Sinks    []string `json:"sinks"`
+}
+
+// Resend delivers the hook id again to sinkID (every sink when empty):
+// each chosen delivery becomes due now, tagged with a new resend id as its
+// replay id (x-ankusa-replay-id), and goes through the normal dispatcher
+// with its retries. A delivery still due or in flight refuses the whole
+// resend (ErrPending); nothing changes then.
+func (d *Dispatcher) Resend(ctx context.Context, id [16]byte, sinkID string) (ResendResult, error) {
+	var res ResendResult
+	var rerr error
+	err := d.do(ctx, func() { res, rerr = d.resend(id, sinkID) })
+	if err != nil {
+		return ResendResult{}, err
+	}
+	return res, rerr
+}
+
+func (d *Dispatcher) resend(id [16]byte, sinkID string) (ResendResult, error) {
+	v, err := d.st.Get(store.HookIDKey(id))
+	if err != nil {
+		return ResendResult{}, err
+	}
+	seq, ok := store.ParseU64(v)
+	if !ok {
+		return ResendResult{}, ErrNoHook
+	}
+	if seq > d.o.Durable() {
+		return ResendResult{}, ErrNotDurable
+	}
+	hv, err := d.st.Get(store.HookKey(seq))
+	if err != nil {
+		return ResendResult{}, err
+	}
+	if hv == nil {
+		return ResendResult{}, ErrNoHook
+	}
+	env, err := store.DecodeEnvelope(hv)
+	if err != nil {
+		return ResendResult{}, err
+	}
+	type row struct {
+		num uint16
+		dl  *store.Delivery
+	}
+	var all, chosen []row
+	p := store.DeliveryPrefix(seq)
+	var decodeErr error
+	err = d.st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool {
+		_, num, _ := store.ParseSeqSinkKey(k)
+		dl, err := store.DecodeDelivery(v)
+		if err != nil {
+			decodeErr = err
+			return false
+		}
+		all = append(all, row{num, dl})
+		return true
+	})
+	if err == nil {
+		err = decodeErr
+	}
+	if err != nil {
+		return ResendResult{}, err
+	}
+	retainedAt, retained := int64(0), len(all) > 0
+	for _, r := range all {
+		if r.dl.State != store.StateDelivered {
+			retained = false
+		}
+		retainedAt = max(retainedAt, r.dl.NextAtMs)
+		if sinkID == "" || r.dl.SinkID == sinkID {
+			chosen = append(chosen, r)
+		}
+	}
+	if len(chosen) == 0 {
+		return ResendResult{}, ErrNoSink
+	}
+	for _, r := range chosen {
+		if r.dl.State == store.StateDue || r.dl.State == store.StateInflight {
+			return ResendResult{}, ErrPending
+		}
+	}
+	nowMs := d.o.Now().UnixMilli()
+	res := ResendResult{ResendID: "resend-" + uuid.Must(uuid.NewV7()).String()}
+	b := d.st.NewBatch()
+	defer b.Close()
+	var retainedKey []byte
+	var retainedSize int64
+	if retained && d.o.Retention > 0 {
+		// The hook leaves the retained set until it is delivered again.
+		k := store.RetainedKey(retainedAt, seq)
+		rv, err := d.st.Get(k)
+		if err != nil {
+			return ResendResult{}, err
+		}
+		if rv != nil {
+			sz, _ := store.ParseU64(rv)
+			retainedKey, retainedSize = k, int64(sz)
+			_ = b.Delete(k, nil)
+		}
+	}
+	dead := 0
+	for _, r := range chosen {
+		if r.dl.State == store.StateDead {
+			k, err := d.deadKey(seq, r.num, r.dl.NextAtMs)
+			if err != nil {
+				return ResendResult{}, err
+			}
+			if k != nil {
+				_ = b.Delete(k, nil)
+				dead++
+			}
+		}
+		dl := *r.dl
+		// Attempts keep counting, so the attempt log keeps every attempt.
+		dl.State, dl.NextAtMs, dl.LastError, dl.ReplayID = store.StateDue, nowMs, "", res.ResendID
+		_ = b.Set(store.DeliveryKey(seq, r.num), store.EncodeDelivery(&dl), nil)
+		_ = b.Set(store.DueKey(nowMs, seq, r.num), nil, nil)
+		res.Sinks = append(res.Sinks, dl.SinkID)
+	}
+	// Synced: the operator was told the resend is queued.
+	if err := d.st.ApplySync(b); err != nil {
+		return ResendResult{}, err
+	}
+	if retainedKey != nil {
+		d.retainedHooks.Add(-1)
+		d.retainedBytes.Add(-retainedSize)
+	}
+	d.deadGauge.Add(-int64(dead))
+	d.noteDue(nowMs)
+	d.log.Info("resend queued", "id", uuid.UUID(env.ID).String(), "resend_id", res.ResendID, "sinks", res.Sinks)
+	d.Wake()
+	return res, nil
+}
+
+// deadKey finds the dead row of (seq, num): at deadAtMs when record
+// stamped it, else (rows written before that) by a scan of the DLQ.
+func (d *Dispatcher) deadKey(seq uint64, num uint16, deadAtMs int64) ([]byte, error) {
+	if deadAtMs != 0 {
+		k := store.DeadKey(deadAtMs, seq, num)
+		if v, err := d.st.Get(k); err != nil || v != nil {
+			return k, err
+		}
+	}
+	var found []byte
+	err := d.st.Scan([]byte{store.PrefixDead}, []byte{store.PrefixDead + 1}, func(k, _ []byte) bool {
+		if _, s, n, ok := store.ParseTimedKey(k); ok && s == seq && n == num {
+			found = append([]byte(nil), k...)
+			return false
+		}
+		return true
+	})
+	return found, err
+}
+
+// HookFilter narrows GET /v1/hooks. Empty fields match everything.
+type HookFilter struct {
+	Source, Tenant, DedupeKey string
+	State                     string // pending | delivered | dead
+	Since, Until              time.Time
+	Limit                     int
+	// Before is the cursor: only hooks with a lower seq (0 = from the newest).
+	Before uint64
+}
+
+// HookSummary is one row of GET /v1/hooks.
+type HookSummary struct {
+	ID          string           `json:"id"`
+	Seq         uint64           `json:"seq"`
+	Tenant      string           `json:"tenant"`
+	Source      string           `json:"source"`
+	ReceivedAt  string           `json:"received_at"`
+	Size        int              `json:"size"`
+	ContentType string           `json:"content_type"`
+	DedupeKey   *string          `json:"dedupe_key"`
+	State       string           `json:"state"`
+	Deliveries  []DeliverySketch `json:"deliveries"`
+}
+
+// DeliverySketch is one delivery of a HookSummary.
+type DeliverySketch struct {
+	Sink      string `json:"sink"`
+	State     string `json:"state"`
+	Attempts  uint32 `json:"attempts"`
+	LastError string `json:"last_error"`
+}
+
+// maxExamine bounds the hooks one listing page reads, whatever the filter
+// matches: a page that hits it ends early with a cursor to go on from.
+const maxExamine = 1000
+
+// sinceSlack: seq order is commit order, received_at is set when the
+// request began, and a hook waits at most batcher.deadline_ms (≤ 120 s) to
+// commit. A scan newest first may stop once it meets a hook received this
+// long before since: nothing older in seq order can be newer than since.
+const sinceSlack = 2 * time.Minute
+
+// Hooks lists hooks newest first (by seq). Hooks of one source or tenant
+// are found through their index; dedupe_key with both source and tenant
+// is one lookup; other filters are checked on each hook read. Next is the
+// cursor of the next page, 0 when the listing is done.
+func (d *Dispatcher) Hooks(f HookFilter) (out []HookSummary, next uint64, err error) {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	durable := d.o.Durable()
+	var seqs func(fn func(seq uint64) bool) error
+	switch {
+	case f.DedupeKey != "" && f.Source != "" && f.Tenant != "":
+		seqs = func(fn func(uint64) bool) error {
+			v, err := d.st.Get(store.DedupeKey(f.Tenant, f.Source, f.DedupeKey))
+			if err != nil || v == nil {
+				return err
+			}
+			e, err := store.DecodeDedupe(v)
+			if err != nil {
+				return err
+			}
+			if f.Before == 0 || e.Seq < f.Before {
+				fn(e.Seq)
+			}
+			return nil
+		}
+	case f.Source != "" || f.Tenant != "":
+		prefix := store.NameIndexPrefix(store.PrefixSourceIdx, f.Source)
+		if f.Source == "" {
+			prefix = store.NameIndexPrefix(store.PrefixTenantIdx, f.Tenant)
+		}
+		upper := store.PrefixEnd(prefix)
+		if f.Before != 0 {
+			upper = append(append([]byte(nil), prefix...), store.U64(f.Before)...)
+		}
+		seqs = func(fn func(uint64) bool) error {
+			return d.st.ScanReverse(prefix, upper, func(k, _ []byte) bool {
+				seq, ok := store.ParseNameSeqKey(k)
+				return !ok || fn(seq)
+			})
+		}
+	default:
+		// Delivery rows are ordered by seq and small: the cheapest way to
+		// walk every hook newest first.
+		upper := []byte{store.PrefixDelivery + 1}
+		if f.Before != 0 {
+			upper = store.DeliveryPrefix(f.Before)
+		}
+		seqs = func(fn func(uint64) bool) error {
+			last := uint64(0)
+			return d.st.ScanReverse([]byte{store.PrefixDelivery}, upper, func(k, _ []byte) bool {
+				seq, _, ok := store.ParseSeqSinkKey(k)
+				if !ok || seq == last {
+					return true
+				}
+				last = seq
+				return fn(seq)
+			})
+		}
+	}
+	examined := 0
+	var inner error
+	err = seqs(func(seq uint64) bool {
+		if seq > durable {
+			return true // not acked yet: not history
+		}
+		if examined == maxExamine {
+			next = seq + 1 // resume at this seq (Before is exclusive)
+			return false
+		}
+		examined++
+		h, stop, err := d.summary(seq, f)
+		if err != nil {
+			inner = err
+			return false
+		}
+		if stop {
+			next = 0
+			return false
+		}
+		if h == nil {
+			return true
+		}
+		if len(out) == f.Limit {
+			next = seq + 1
+			return false
+		}
+		out = append(out, *h)
+		return true
+	})
+	if err == nil {
+		err = inner
+	}
+	return out, next, err
+}
+
+// summary reads one hook and applies the filters: nil when it does not
+// match; stop when no older hook can match (past since).
+func (d *Dispatcher) summary(seq uint64, f HookFilter) (h *HookSummary, stop bool, err error) {
+	hv, err := d.st.Get(store.HookKey(seq))
+	if err != nil || hv == nil {
+		return nil, false, err
+	}
+	env, err := store.DecodeEnvelope(hv)
+	if err != nil {
+		return nil, false, fmt.Errorf("hook %d: %w", seq, err)
+	}
+	rcv := time.Unix(0, env.ReceivedAt)
+	switch {
+	case !f.Since.IsZero() && rcv.Before(f.Since.Add(-sinceSlack)):
+		return nil, true, nil
+	case !f.Since.IsZero() && rcv.Before(f.Since),
+		!f.Until.IsZero() && rcv.After(f.Until),
+		f.Source != "" && env.Source != f.Source,
+		f.Tenant != "" && env.Tenant != f.Tenant,
+		f.DedupeKey != "" && env.DedupeKey != f.DedupeKey:
+		return nil, false, nil
+	}
+	s := &HookSummary{
+		ID: uuid.UUID(env.ID).String(), Seq: seq, Tenant: env.Tenant, Source: env.Source,
+		ReceivedAt: rcv.UTC().Format(time.RFC3339Nano), Size: len(env.Body), ContentType: env.ContentType,
+		Deliveries: []DeliverySketch{},
+	}
+	if env.DedupeKey != "" {
+		s.DedupeKey = &env.DedupeKey
+	}
+	pending, dead := false, false
+	p := store.DeliveryPrefix(seq)
+	var decodeErr error
+	err = d.st.Scan(p, store.PrefixEnd(p), func(_, v []byte) bool {
+		dl, err := store.DecodeDelivery(v)
+		if err != nil {
+			decodeErr = err
+			return false
+		}
+		switch dl.State {
+		case store.StateDue, store.StateInflight:
+			pending = true
+		case store.StateDead:
+			dead = true
+		}
+		s.Deliveries = append(s.Deliveries, DeliverySketch{Sink: dl.SinkID, State: store.StateName(dl.State), Attempts: dl.Attempts, LastError: dl.LastError})
+		return true
+	})
+	if err == nil {
+		err = decodeErr
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("deliveries of %d: %w", seq, err)
+	}
+	if len(s.Deliveries) == 0 {
+		return nil, false, nil // reclaimed between the reads
+	}
+	switch {
+	case pending:
+		s.State = "pending"
+	case dead:
+		s.State = "dead"
+	default:
+		s.State = "delivered"
+	}
+	if f.State != "" && f.State != s.State {
+		return nil, false, nil
+	}
+	return s, false, nil
+}
+
+// AttemptView is one attempt of a hook's log.
+type AttemptView struct {
+	At        string `json:"at"`
+	Sink      string `json:"sink"`
+	N         uint32 `json:"n"`
+	Result    string `json:"result"`
+	LatencyMs int64  `json:"latency_ms"`
+	Error     string `json:"error,omitempty"`
+	ReplayID  string `json:"replay_id,omitempty"`
+}
+
+// Attempts reads the attempt log of the hook at seq, oldest first; sinks
+// maps the sink numbers to their ids.
+func Attempts(st *store.Store, seq uint64, sinks map[uint16]string) ([]AttemptView, error) {
+	type row struct {
+		at  int64
+		num uint16
+		n   uint32
+		a   *store.Attempt
+	}
+	var rs []row
+	p := store.AttemptPrefix(seq)
+	var decodeErr error
+	err := st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool {
+		a, err := store.DecodeAttempt(v)
+		if err != nil {
+			decodeErr = err
+			return false
+		}
+		_, num, n, _ := store.ParseAttemptKey(k)
+		rs = append(rs, row{a.AtMs, num, n, a})
+		return true
+	})
+	if err == nil {
+		err = decodeErr
+	}
+	slices.SortStableFunc(rs, func(x, y row) int {
+		if c := cmp.Compare(x.at, y.at); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.n, y.n)
+	})
+	out := make([]AttemptView, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, AttemptView{
+			At: time.UnixMilli(r.at).UTC().Format(time.RFC3339Nano), Sink: sinks[r.num], N: r.n,
+			Result: r.a.Result, LatencyMs: r.a.LatencyMs, Error: r.a.Error, ReplayID: r.a.ReplayID,
+		})
+	}
+	return out, err
+}
