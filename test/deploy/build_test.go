@@ -106,6 +106,18 @@ func TestDeploy_Dockerfile(t *testing.T) {
 		}
 	}
 
+	// The build image's Go is the one go.mod names, so the build does not
+	// fetch another toolchain (GOTOOLCHAIN=auto) or build with an older one.
+	gomod, err := os.ReadFile(filepath.Join(repoRoot(t), "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goLine := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(gomod)
+	dockerGo := regexp.MustCompile(`(?m)^ARG GO_VERSION=(\S+)$`).FindSubmatch(readDockerfile(t))
+	if goLine == nil || dockerGo == nil || string(goLine[1]) != string(dockerGo[1]) {
+		t.Errorf("Dockerfile ARG GO_VERSION %q, go.mod go %q: want them equal", dockerGo, goLine)
+	}
+
 	if !regexp.MustCompile(`(?i)^FROM (gcr\.io/distroless/static\S*|scratch)( |$)`).MatchString(final.from) {
 		t.Errorf("final stage %q: want distroless/static or scratch", final.from)
 	}
@@ -144,6 +156,15 @@ func TestDeploy_Dockerfile(t *testing.T) {
 			t.Errorf("make build runs %q: missing %q", strings.TrimSpace(cmd), want)
 		}
 	}
+}
+
+func readDockerfile(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // buildRelease runs `make build` (what the Dockerfile runs) into a temp dir.
