@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/ankusa/ankusa/internal/config"
-	"github.com/ankusa/ankusa/internal/ops"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
 
@@ -329,8 +328,8 @@ sources:
 			if err != nil {
 				t.Fatalf("exit after SIGTERM: %v (want 0)\n%s", err, readFile(t, logPath))
 			}
-		case <-time.After(ops.DrainTimeout + 5*time.Second):
-			t.Fatalf("still running %v after SIGTERM (drain is %v)", time.Since(start), ops.DrainTimeout)
+		case <-time.After(defaultDrain() + 5*time.Second):
+			t.Fatalf("still running %v after SIGTERM (drain is %v)", time.Since(start), defaultDrain())
 		}
 	})
 }

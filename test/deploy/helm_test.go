@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goccy/go-yaml"
 
@@ -46,6 +47,7 @@ type manifest struct {
 			Spec struct {
 				InitContainers []container `yaml:"initContainers"`
 				Containers     []container `yaml:"containers"`
+				Grace          int         `yaml:"terminationGracePeriodSeconds"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
 	} `yaml:"spec"`
@@ -203,6 +205,12 @@ func TestDeploy_ChartConfigsLoad(t *testing.T) {
 			}
 			if cfg.Admin.IP != "0.0.0.0" {
 				t.Errorf("admin.ip %q: a scraper on another pod could not reach /metrics", cfg.Admin.IP)
+			}
+			// Kubernetes sends SIGKILL after the grace period: the drain
+			// this very config allows must end before it.
+			drain := time.Duration(cfg.HTTP.ShutdownTimeoutMs) * time.Millisecond
+			if grace := time.Duration(sts.Spec.Template.Spec.Grace) * time.Second; grace <= drain {
+				t.Errorf("terminationGracePeriodSeconds %v does not outlast http.shutdown_timeout_ms %v", grace, drain)
 			}
 			if monitored && !slices.Contains(cfg.Admin.Open, "metrics") {
 				t.Errorf("a ServiceMonitor scrapes /metrics without a token, but admin.open is %v", cfg.Admin.Open)

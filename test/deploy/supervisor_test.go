@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goccy/go-yaml"
-
 	"github.com/ankusa/ankusa/internal/config"
-	"github.com/ankusa/ankusa/internal/ops"
 )
 
 // unitFile parses a systemd unit into section -> key -> values (a key may
@@ -71,8 +68,9 @@ func TestDeploy_SystemdUnitAgreesWithTheBinary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TimeoutStopSec=%s: want whole seconds", one("TimeoutStopSec"))
 	}
-	if time.Duration(stop)*time.Second <= ops.DrainTimeout {
-		t.Errorf("TimeoutStopSec=%d does not outlast the drain (%v): systemd would SIGKILL a clean stop", stop, ops.DrainTimeout)
+	// The unit does not know the file: it is sized for the default.
+	if drain := defaultDrain(); time.Duration(stop)*time.Second <= drain {
+		t.Errorf("TimeoutStopSec=%d does not outlast the default drain (http.shutdown_timeout_ms, %v): systemd would SIGKILL a clean stop", stop, drain)
 	}
 	if !slices.Contains(strings.Fields(one("RestartPreventExitStatus")), strconv.Itoa(config.ExitConfig)) {
 		t.Errorf("RestartPreventExitStatus=%s: must include %d (a bad config is not restarted)", one("RestartPreventExitStatus"), config.ExitConfig)
@@ -97,20 +95,8 @@ func TestDeploy_SystemdUnitAgreesWithTheBinary(t *testing.T) {
 	}
 }
 
-// TestDeploy_ChartGracePeriodOutlastsTheDrain: Kubernetes sends SIGKILL
-// after terminationGracePeriodSeconds.
-func TestDeploy_ChartGracePeriodOutlastsTheDrain(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy/helm/ankusa/values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		Grace int `yaml:"terminationGracePeriodSeconds"`
-	}
-	if err := yaml.Unmarshal(raw, &v); err != nil {
-		t.Fatal(err)
-	}
-	if time.Duration(v.Grace)*time.Second <= ops.DrainTimeout {
-		t.Errorf("terminationGracePeriodSeconds=%d does not outlast the drain (%v)", v.Grace, ops.DrainTimeout)
-	}
+// defaultDrain is http.shutdown_timeout_ms at its default: how long a
+// clean stop may take before the binary cuts what is left.
+func defaultDrain() time.Duration {
+	return time.Duration(config.Default().HTTP.ShutdownTimeoutMs) * time.Millisecond
 }
