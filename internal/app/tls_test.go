@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
@@ -156,6 +157,35 @@ func TestAdminClientCertificates(t *testing.T) {
 	good := ca.ClientCert(t, "ops-laptop")
 	if code, err := get(&good); err != nil || code != http.StatusOK {
 		t.Fatalf("trusted client certificate: %d, %v", code, err)
+	}
+
+	// The certificate's subject is in the audit row of a mutating call.
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{good}}}, Timeout: 5 * time.Second}
+	defer c.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodDelete, "https://"+in.AdminAddr()+"/v1/quarantine?all=true", nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("purge over mutual TLS = %d", resp.StatusCode)
+	}
+	resp, err = c.Get("https://" + in.AdminAddr() + "/v1/audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var audit struct {
+		Entries []struct {
+			Detail map[string]any `json:"detail"`
+		} `json:"entries"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&audit); err != nil {
+		t.Fatal(err)
+	}
+	if len(audit.Entries) != 1 || audit.Entries[0].Detail["client_cert"] != "CN=ops-laptop" {
+		t.Fatalf("audit = %+v, want one row naming CN=ops-laptop", audit.Entries)
 	}
 }
 

@@ -37,6 +37,12 @@ func TestQueue_FencedFsyncFailure(t *testing.T) {
 		if n != 0 {
 			t.Fatalf("%d hook rows left after the fence, want 0", n)
 		}
+		// Its listing index rows went with it (they ride in its batch).
+		for _, p := range []byte{store.PrefixSourceIdx, store.PrefixTenantIdx} {
+			if n, _ := st.Count([]byte{p}); n != 0 {
+				t.Fatalf("%d index rows %q left after the fence, want 0", n, p)
+			}
+		}
 		// Seqs stay consumed: the next hook does not reuse seq 1.
 		r, err := q.Submit(context.Background(), rec("next", ""))
 		if err != nil || r.Seq != 2 {

@@ -85,6 +85,12 @@ func assertHooks(t *testing.T, st *store.Store, acked []queue.Result) {
 		if d, _ := st.Get(store.DeliveryKey(r.Seq, 0)); d == nil {
 			t.Fatalf("seq %d has no delivery row after recovery", r.Seq)
 		}
+		// The listing indexes come back with the hook (GET /v1/hooks?source=).
+		for _, k := range store.HookIndexKeys(env.Tenant, env.Source, r.Seq) {
+			if v, _ := st.Get(k); v == nil {
+				t.Fatalf("seq %d has no index row %q after recovery", r.Seq, k)
+			}
+		}
 	}
 }
 
