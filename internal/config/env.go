@@ -38,8 +38,14 @@ func envOverrides() []envOverride {
 // envConfigPath names the config file (Load); it is not an override.
 const envConfigPath = "ANKUSA_CONFIG"
 
+// envTestPrefix names the test suite's own variables (ANKUSA_TEST_NATS_URL
+// and the like): a developer's shell may hold them, and they are no
+// override of anything.
+const envTestPrefix = "ANKUSA_TEST_"
+
 // unknownEnv returns one violation per ANKUSA_* name that is neither an
-// override, ANKUSA_CONFIG, nor interpolated by the file (referenced).
+// override, ANKUSA_CONFIG, an ANKUSA_TEST_* variable, nor interpolated by
+// the file (referenced).
 // Names nil (no environment to list) finds none.
 func unknownEnv(names []string, referenced map[string]bool) Errors {
 	known := map[string]bool{envConfigPath: true}
@@ -50,7 +56,7 @@ func unknownEnv(names []string, referenced map[string]bool) Errors {
 	}
 	var errs Errors
 	for _, n := range names {
-		if strings.HasPrefix(n, "ANKUSA_") && !known[n] && !referenced[n] {
+		if strings.HasPrefix(n, "ANKUSA_") && !strings.HasPrefix(n, envTestPrefix) && !known[n] && !referenced[n] {
 			errs = append(errs, &Error{Key: n, Rule: fmt.Sprintf(
 				"is not an environment override this version knows (known: %s, and ANKUSA_CONFIG); unset it, or reference it in the file as ${%s}",
 				strings.Join(list, ", "), n)})

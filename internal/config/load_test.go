@@ -429,14 +429,15 @@ func TestEnvBackupEnabled(t *testing.T) {
 
 // TestUnknownEnvOverrideIsAnError: an ANKUSA_* variable the loader does not
 // know is refused by name (a typo would otherwise be a silent no-op), while
-// ANKUSA_CONFIG and variables the file interpolates stay valid.
+// ANKUSA_CONFIG, the test suite's ANKUSA_TEST_* and variables the file
+// interpolates stay valid.
 func TestUnknownEnvOverrideIsAnError(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "ankusa.yml")
 	if err := os.WriteFile(path, []byte(minimal+"log: {level: \"${ANKUSA_MY_LEVEL}\"}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ok := []string{"PATH=/bin", "ANKUSA_CONFIG=" + path, "ANKUSA_MY_LEVEL=debug", "ANKUSA_HTTP_PORT=5002"}
+	ok := []string{"PATH=/bin", "ANKUSA_CONFIG=" + path, "ANKUSA_MY_LEVEL=debug", "ANKUSA_HTTP_PORT=5002", "ANKUSA_TEST_NATS_URL=nats://127.0.0.1:4222"}
 	c, err := config.LoadEnv("", ok)
 	if err != nil {
 		t.Fatalf("known overrides, ANKUSA_CONFIG and an interpolated variable: %v", err)

@@ -92,7 +92,11 @@ func TestDual_KafkaSharedPartitionOffsetNeverPassesALogOnlyRecord(t *testing.T) 
 
 	gate := testutil.NewWALSyncGate()
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
-	q := testutil.StartQueue(t, st, queue.Options{MaxBatch: 3, MaxDelay: 10 * time.Second, Dual: &queue.DualOptions{
+	// One batcher partition, groups of three: the three hooks, submitted at
+	// once, are one group. The delay bounds the wait for the third; it is
+	// short because a writer waiting for a group notices the failed fsync
+	// only when the wait ends.
+	q := testutil.StartQueue(t, st, queue.Options{Partitions: 1, MaxBatch: 3, MaxDelay: time.Second, Dual: &queue.DualOptions{
 		Intake: a, Node: "node-a", PublishTimeout: 10 * time.Second, ReconcileEvery: -1,
 		BreakerFailures: 100, Probe: time.Hour,
 	}})

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -35,18 +36,23 @@ var intakeSeries = []string{
 	"ankusa_intake_replay_duration_seconds",
 }
 
-// postTenant posts one hook to tenant's URL (http.routing: tenant_path).
-func postTenant(t *testing.T, in *instance, tenant string) {
+// postTenant posts one hook to tenant's URL (http.routing: tenant_path)
+// and returns its id.
+func postTenant(t *testing.T, in *instance, tenant string) string {
 	t.Helper()
 	url := "http://" + in.IngestAddr() + "/webhooks/" + tenant + "/" + sourceID
 	resp, err := http.Post(url, "application/json", strings.NewReader(`{"t":"`+tenant+`"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("POST %s = %d, want 201", url, resp.StatusCode)
+	defer resp.Body.Close()
+	var out struct {
+		ID string `json:"id"`
 	}
+	if resp.StatusCode != http.StatusCreated || json.NewDecoder(resp.Body).Decode(&out) != nil || out.ID == "" {
+		t.Fatalf("POST %s = %d, want 201 with an id", url, resp.StatusCode)
+	}
+	return out.ID
 }
 
 // TestE2E_DualMetricsEveryIntakeSeriesAndNoneGrowWithTenants is the ADR's
@@ -63,7 +69,10 @@ func TestE2E_DualMetricsEveryIntakeSeriesAndNoneGrowWithTenants(t *testing.T) {
 	cfg.HTTP.Routing = "tenant_path"
 	in, stop := startDual(t, cfg)
 
-	postTenant(t, in, "tenant-0") // every lazily created series exists now
+	// One hook posted and delivered: every lazily created series exists.
+	first := postTenant(t, in, "tenant-0")
+	rc.next(t, first)
+	in.waitReclaimed(first)
 	before := in.metrics()
 	for _, name := range intakeSeries {
 		found := false
@@ -78,7 +87,9 @@ func TestE2E_DualMetricsEveryIntakeSeriesAndNoneGrowWithTenants(t *testing.T) {
 		}
 	}
 	for i := 1; i < 50; i++ {
-		postTenant(t, in, fmt.Sprintf("tenant-%d", i))
+		id := postTenant(t, in, fmt.Sprintf("tenant-%d", i))
+		rc.next(t, id)
+		in.waitReclaimed(id)
 	}
 	after := in.metrics()
 	if len(after) != len(before) {

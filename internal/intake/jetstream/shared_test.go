@@ -70,6 +70,15 @@ func TestIntake_RestoredIdleNodeNextToABusyOneIsNotTruncated(t *testing.T) {
 	eventually(t, 30*time.Second, "every record aged out", func() bool {
 		return f.c.StreamInfo(t, f.cfg.Name).State.Msgs == 0
 	})
+	// Retention stops removing: what is published next stays for the
+	// checks, however slow the machine.
+	cfg := f.cfg
+	cfg.MaxAge = time.Hour
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	if _, err := f.c.JetStream().UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("raise max_age: %v", err)
+	}
 	for seq := uint64(4); seq <= 6; seq++ {
 		mustPublish(t, busy, intaketest.NewRecord("busy-node", seq))
 	}
