@@ -607,3 +607,7 @@ func (in *Instance) refuseWhileRecovering(h http.Handler) http.Handler {
 
 // Config is the instance's effective configuration.
 func (in *Instance) Config() *config.Config { return in.cfg }
+
+// The edge counts provider handshakes through its optional observer
+// ability; the metrics are what the binary passes as its Observer.
+var _ edge.HandshakeObserver = (*metrics.Metrics)(nil)

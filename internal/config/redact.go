@@ -74,6 +74,10 @@ func shownInClear() []string {
 		"sources.*.verify.encoding",
 		"sources.*.verify.secret_decode",
 		"sources.*.verify.timestamp_header",
+		// Public keys and the public URL are not secret (verify_token is).
+		"sources.*.verify.public_key[]",
+		"sources.*.verify.public_url",
+		"sources.*.handshake",
 		"sources.*.on_verify_failure",
 		"source_store.type",
 		"rate_limits.unlisted_tenants",

@@ -395,8 +395,38 @@ type SourceConfig struct {
 	// type none, where nothing fails.
 	OnVerifyFailure string        `yaml:"on_verify_failure" json:"on_verify_failure"`
 	Dedupe          *SourceDedupe `yaml:"dedupe" json:"dedupe,omitempty"`
+	// Handshake: which provider handshake the catch URL answers. "" or
+	// auto (default): the one of verify.type (slack, zoom, meta, discord,
+	// dropbox; none for the others); none: no handshake; msgraph:
+	// Microsoft Graph's ?validationToken= (Graph does not sign, so any
+	// verify.type).
+	Handshake string `yaml:"handshake" json:"handshake,omitempty"`
 	// Sinks: at least one.
 	Sinks []SinkConfig `yaml:"sinks" json:"sinks"`
+}
+
+// Handshake values (SourceConfig.Handshake).
+const (
+	HandshakeAuto    = "auto"
+	HandshakeNone    = "none"
+	HandshakeMSGraph = "msgraph"
+)
+
+// HandshakeProvider is the provider handshake the source answers: slack,
+// zoom, meta, discord, dropbox (from verify.type under auto), msgraph, or
+// "" for none.
+func (s SourceConfig) HandshakeProvider() string {
+	switch s.Handshake {
+	case HandshakeNone:
+		return ""
+	case HandshakeMSGraph:
+		return "msgraph"
+	}
+	switch s.Verify.Type {
+	case "slack", "zoom", "meta", "discord", "dropbox":
+		return s.Verify.Type
+	}
+	return ""
 }
 
 // On-verify-failure policies (SourceConfig.OnVerifyFailure).
@@ -427,6 +457,18 @@ type VerifyConfig struct {
 	// (stripe, slack, standard_webhooks, hmac with a timestamp). Default
 	// 300, 1..86_400. nil (a config built in Go) means the default.
 	ToleranceSeconds *int `yaml:"tolerance_seconds" json:"tolerance_seconds"`
+	// PublicKey: the provider's public keys for the asymmetric schemes
+	// (discord: hex Ed25519; sendgrid: PEM or base64 DER ECDSA P-256;
+	// standard_webhooks / svix v1a: "whpk_" + base64 Ed25519), newest
+	// first, 1..8; refused by the symmetric schemes. Not secret.
+	PublicKey StringList `yaml:"public_key" json:"public_key,omitempty"`
+	// PublicURL: the URL the provider calls, as it sees it; required by
+	// twilio and square (they sign it), refused elsewhere.
+	PublicURL string `yaml:"public_url" json:"public_url,omitempty"`
+	// VerifyToken: type meta only, optional: the token Meta's subscription
+	// handshake (GET ?hub.mode=subscribe&hub.verify_token=…) must carry.
+	// Without it that GET is refused.
+	VerifyToken string `yaml:"verify_token" json:"verify_token,omitempty"`
 
 	// The keys below apply to type hmac only; a preset fixes them and
 	// refuses them, as does type none. "" means the engine default.
@@ -450,6 +492,8 @@ func (v VerifyConfig) Spec() verify.Spec {
 	s := verify.Spec{
 		Type:            v.Type,
 		Secrets:         slices.Clone([]string(v.Secret)),
+		PublicKeys:      slices.Clone([]string(v.PublicKey)),
+		PublicURL:       v.PublicURL,
 		SignatureHeader: v.SignatureHeader,
 		Parse:           v.Parse,
 		SigPrefix:       v.SigPrefix,

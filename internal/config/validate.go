@@ -237,7 +237,7 @@ func validateSourceDedupe(v *validator, p string, d *SourceDedupe) {
 		v.add(p, "exactly one of preset, header, json is allowed, got %s", strings.Join(set, " and "))
 	}
 	if d.Preset != "" {
-		v.oneOf(p+".preset", d.Preset, []string{"github", "standard_webhooks", "svix", "shopify", "stripe"}, nil, "")
+		v.oneOf(p+".preset", d.Preset, DedupePresets(), nil, "")
 	}
 	if d.Header != "" && !headerRE.MatchString(d.Header) {
 		v.add(p+".header", "must be an HTTP header name, got %q", d.Header)
@@ -303,4 +303,12 @@ func intRange[T int | int64](v *validator, key string, got, lo, hi T) {
 	if got < lo || got > hi {
 		v.add(key, "must be between %d and %d, got %d", lo, hi, got)
 	}
+}
+
+// DedupePresets are the accepted sources.<id>.dedupe.preset values; the
+// dedupe package maps each to its header or JSON path (and tests that it
+// knows every one).
+func DedupePresets() []string {
+	return []string{"github", "standard_webhooks", "svix", "shopify", "stripe",
+		"slack", "discord", "twilio", "paddle", "linear", "square", "intercom", "gitlab", "pagerduty", "mailgun"}
 }

@@ -65,12 +65,25 @@ func validateSourceVerify(v *validator, p string, s SourceConfig) {
 	if !v.oneOf(vp+".type", vc.Type, verify.Types(), nil, "") {
 		return // the engine would only repeat it
 	}
+	if vc.VerifyToken != "" && vc.Type != "meta" {
+		v.add(vp+".verify_token", "applies only to type meta (the token of Meta's subscription handshake)")
+	}
+	if h := s.Handshake; h != "" {
+		v.oneOf(p+".handshake", h, []string{HandshakeAuto, HandshakeNone, HandshakeMSGraph}, nil,
+			"the provider handshakes of slack, zoom, meta, discord and dropbox follow verify.type under auto")
+	}
 	if vc.Type == verify.TypeNone {
 		// The engine ignores everything under none. A secret or scheme key
 		// there is almost surely a forgotten type, which would accept every
 		// request unverified: refuse it.
 		if len(vc.Secret) > 0 {
 			v.add(vp+".secret", "type none verifies nothing, so a secret would be ignored: set verify.type to the secret's scheme, or remove the secret")
+		}
+		if len(vc.PublicKey) > 0 {
+			v.add(vp+".public_key", "type none verifies nothing, so a public key would be ignored: set verify.type to the key's scheme, or remove it")
+		}
+		if vc.PublicURL != "" {
+			v.add(vp+".public_url", "applies only to types square and twilio (type is none)")
 		}
 		for _, f := range vc.hmacFields() {
 			v.add(vp+"."+f, "applies only to type hmac (type is none)")

@@ -141,7 +141,7 @@ func TestVerifyRefused(t *testing.T) {
 		// hmac rules, from the engine.
 		{"hmac without header", "verify: {type: hmac, secret: x}", "verify.signature_header", "is required for type hmac"},
 		{"hmac bad header", `verify: {type: hmac, secret: x, signature_header: "X Sig"}`, "verify.signature_header", "must be a header name"},
-		{"hmac bad parse", "verify: {type: hmac, secret: x, signature_header: S, parse: json}", "verify.parse", "must be one of whole, csv_pairs, space_versions"},
+		{"hmac bad parse", "verify: {type: hmac, secret: x, signature_header: S, parse: json}", "verify.parse", "must be one of whole, csv_pairs, semicolon_pairs, space_versions"},
 		{"hmac sig_key on whole", "verify: {type: hmac, secret: x, signature_header: S, sig_key: v1}", "verify.sig_key", "applies only to parse csv_pairs and space_versions"},
 		{"hmac csv without sig_key", "verify: {type: hmac, secret: x, signature_header: S, parse: csv_pairs}", "verify.sig_key", "is required for parse csv_pairs"},
 		{"hmac timestamp_key on whole", `verify: {type: hmac, secret: x, signature_header: S, timestamp_key: t, signed: "{ts}.{body}"}`,
@@ -151,7 +151,7 @@ func TestVerifyRefused(t *testing.T) {
 		{"hmac ts unsigned", "verify: {type: hmac, secret: x, signature_header: S, timestamp_header: X-Ts}", "verify.signed", "must use {ts}"},
 		{"hmac ts without source", `verify: {type: hmac, secret: x, signature_header: S, signed: "{ts}{body}"}`, "verify.signed", "uses {ts} but neither"},
 		{"hmac no body", `verify: {type: hmac, secret: x, signature_header: S, signed: "{header:X-Id}"}`, "verify.signed", "must contain {body} exactly once"},
-		{"hmac bad hash", "verify: {type: hmac, secret: x, signature_header: S, hash: md5}", "verify.hash", `must be one of sha256, sha512, sha1, got "md5"`},
+		{"hmac bad hash", "verify: {type: hmac, secret: x, signature_header: S, hash: md5}", "verify.hash", `must be one of sha256, sha512, sha1, ed25519, got "md5"`},
 		{"hmac bad encoding", "verify: {type: hmac, secret: x, signature_header: S, encoding: base32}", "verify.encoding", "must be one of hex, base64"},
 		{"hmac bad secret_decode", "verify: {type: hmac, secret: x, signature_header: S, secret_decode: hex}", "verify.secret_decode", "must be one of none, base64, whsec_base64"},
 		{"hmac bad base64 secret", "verify: {type: hmac, secret: 'not base64!', signature_header: S, secret_decode: base64}", "verify.secret[0]", "not standard base64"},
@@ -161,6 +161,15 @@ func TestVerifyRefused(t *testing.T) {
 		{"tolerance negative", "verify: {type: stripe, secret: x, tolerance_seconds: -5}", "verify.tolerance_seconds", "must be between 1 and 86400, got -5"},
 		{"tolerance too long", "verify: {type: slack, secret: x, tolerance_seconds: 86401}", "verify.tolerance_seconds", "must be between 1 and 86400, got 86401"},
 		{"tolerance fraction", "verify: {type: slack, secret: x, tolerance_seconds: 1.5}", "verify.tolerance_seconds", "must be an integer"},
+
+		// The provider keys.
+		{"verify_token on github", "verify: {type: github, secret: x, verify_token: t}", "verify.verify_token", "applies only to type meta"},
+		{"public_key under none", "verify: {public_key: abc}", "verify.public_key", "type none verifies nothing"},
+		{"public_url on github", "verify: {type: github, secret: x, public_url: 'https://x.example/h'}", "verify.public_url", "applies only to types square, twilio"},
+		{"twilio without public_url", "verify: {type: twilio, secret: x}", "verify.public_url", "is required"},
+		{"discord key not hex", "verify: {type: discord, public_key: zz}", "verify.public_key[0]", "key is not hex"},
+		{"sendgrid with a secret", "verify: {type: sendgrid, secret: x, public_key: " + b64(16) + "}", "verify.secret", "not used by sendgrid"},
+		{"handshake typo", "verify: {type: slack, secret: x}\nhandshake: slack", "handshake", `must be one of auto|none|msgraph, got "slack"`},
 
 		// on_verify_failure.
 		{"policy typo", "verify: {type: github, secret: x}\non_verify_failure: drop", "on_verify_failure",

@@ -178,8 +178,8 @@ func TestRules(t *testing.T) {
 			})
 		}, "", ""},
 		{"dedupe preset bad", func(c *config.Config) {
-			src(c, func(s *config.SourceConfig) { s.Dedupe = &config.SourceDedupe{Preset: "gitlab", TTLSeconds: 60} })
-		}, "sources.demo.dedupe.preset", `must be one of github|standard_webhooks|svix|shopify|stripe, got "gitlab"`},
+			src(c, func(s *config.SourceConfig) { s.Dedupe = &config.SourceDedupe{Preset: "bitbucket", TTLSeconds: 60} })
+		}, "sources.demo.dedupe.preset", `must be one of github|standard_webhooks|svix|shopify|stripe|slack|discord|twilio|paddle|linear|square|intercom|gitlab|pagerduty|mailgun, got "bitbucket"`},
 		{"dedupe header bad", func(c *config.Config) {
 			src(c, func(s *config.SourceConfig) { s.Dedupe = &config.SourceDedupe{Header: "X Id", TTLSeconds: 60} })
 		}, "sources.demo.dedupe.header", "must be an HTTP header name"},

@@ -28,10 +28,24 @@ var presetHeaders = map[string][]string{
 	"standard_webhooks": {"Webhook-Id", "Svix-Id"},
 	"svix":              {"Svix-Id", "Webhook-Id"},
 	"shopify":           {"X-Shopify-Webhook-Id"},
+	// Twilio: the same token on every retry of one webhook.
+	"twilio": {"I-Twilio-Idempotency-Token"},
+	"linear": {"Linear-Delivery"},
+	// GitLab 17.4+ sends Idempotency-Key, the same on retries; older
+	// versions only the event UUID.
+	"gitlab": {"Idempotency-Key", "X-Gitlab-Event-UUID"},
 }
 
+// presetJSON maps a preset to the dotted JSON path of its event id.
 var presetJSON = map[string]string{
-	"stripe": "id",
+	"stripe":    "id",
+	"slack":     "event_id", // Events API event_callback
+	"discord":   "id",       // the interaction id
+	"paddle":    "event_id", // Paddle Billing notifications
+	"square":    "event_id", // Square webhook events
+	"intercom":  "id",       // notification_event id
+	"pagerduty": "event.id", // v3 webhooks
+	"mailgun":   "event-data.id",
 }
 
 // Extractor finds one source's dedupe key.
@@ -121,4 +135,11 @@ func jsonKey(body []byte, path []string) string {
 		return n.String()
 	}
 	return ""
+}
+
+// HasPreset reports whether name is a known preset.
+func HasPreset(name string) bool {
+	_, h := presetHeaders[name]
+	_, j := presetJSON[name]
+	return h || j
 }

@@ -26,6 +26,17 @@ func TestExtractor_Key(t *testing.T) {
 		{"svix preset", &config.SourceDedupe{Preset: "svix"}, http.Header{"Svix-Id": {"msg_2"}}, ``, "msg_2"},
 		{"svix preset falls back to webhook-id", &config.SourceDedupe{Preset: "svix"}, http.Header{"Webhook-Id": {"msg_3"}}, ``, "msg_3"},
 		{"standard webhooks preset falls back to svix-id", &config.SourceDedupe{Preset: "standard_webhooks"}, http.Header{"Svix-Id": {"msg_4"}}, ``, "msg_4"},
+		{"slack preset reads event_id", &config.SourceDedupe{Preset: "slack"}, nil, `{"type":"event_callback","event_id":"Ev08MFMKH6"}`, "Ev08MFMKH6"},
+		{"discord preset reads the interaction id", &config.SourceDedupe{Preset: "discord"}, nil, `{"id":"123","type":2}`, "123"},
+		{"twilio preset", &config.SourceDedupe{Preset: "twilio"}, http.Header{"I-Twilio-Idempotency-Token": {"tok-1"}}, ``, "tok-1"},
+		{"paddle preset", &config.SourceDedupe{Preset: "paddle"}, nil, `{"event_id":"evt_01h","event_type":"transaction.paid"}`, "evt_01h"},
+		{"linear preset", &config.SourceDedupe{Preset: "linear"}, http.Header{"Linear-Delivery": {"d-9"}}, ``, "d-9"},
+		{"square preset", &config.SourceDedupe{Preset: "square"}, nil, `{"merchant_id":"M","event_id":"e-sq"}`, "e-sq"},
+		{"intercom preset", &config.SourceDedupe{Preset: "intercom"}, nil, `{"type":"notification_event","id":"notif_1"}`, "notif_1"},
+		{"gitlab preset prefers Idempotency-Key", &config.SourceDedupe{Preset: "gitlab"}, http.Header{"Idempotency-Key": {"ik"}, "X-Gitlab-Event-Uuid": {"uu"}}, ``, "ik"},
+		{"gitlab preset falls back to the event UUID", &config.SourceDedupe{Preset: "gitlab"}, http.Header{"X-Gitlab-Event-Uuid": {"uu"}}, ``, "uu"},
+		{"pagerduty preset", &config.SourceDedupe{Preset: "pagerduty"}, nil, `{"event":{"id":"01DEN","event_type":"incident.triggered"}}`, "01DEN"},
+		{"mailgun preset", &config.SourceDedupe{Preset: "mailgun"}, nil, `{"signature":{},"event-data":{"id":"mg-1"}}`, "mg-1"},
 		{"shopify preset", &config.SourceDedupe{Preset: "shopify"}, http.Header{"X-Shopify-Webhook-Id": {"s1"}}, ``, "s1"},
 		{"stripe preset reads the body id", &config.SourceDedupe{Preset: "stripe"}, nil, `{"id":"evt_1","object":"event"}`, "evt_1"},
 		{"custom header, any case", &config.SourceDedupe{Header: "x-event-id"}, http.Header{"X-Event-Id": {"  e7 "}}, ``, "e7"},
@@ -52,4 +63,14 @@ func TestExtractor_Key(t *testing.T) {
 func hexSHA(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// TestPresets_EveryConfigPreset: every preset the config accepts has a
+// source of keys here (else it would silently dedupe nothing).
+func TestPresets_EveryConfigPreset(t *testing.T) {
+	for _, p := range config.DedupePresets() {
+		if !dedupe.HasPreset(p) {
+			t.Errorf("config accepts dedupe preset %q, which dedupe does not know", p)
+		}
+	}
 }

@@ -64,6 +64,9 @@ type Source struct {
 	Verifier verify.Verifier
 	// OnFailure is the verify failure policy: reject | quarantine | accept_flag.
 	OnFailure string
+	// Handshake is the provider handshake the catch URL answers, nil for
+	// none (handshake.go).
+	Handshake *Handshake
 }
 
 // Quarantine is the durable pen for hooks that failed verification under
@@ -131,6 +134,7 @@ type Holder interface {
 type Handler struct {
 	o   Options
 	log *slog.Logger
+	hso HandshakeObserver // o.Observer's optional ability, or nil
 }
 
 // New builds the ingest handler.
@@ -150,7 +154,8 @@ func New(o Options) *Handler {
 	if o.Budget == nil {
 		o.Budget = NewBudget(max(256<<20, o.MaxBodyBytes))
 	}
-	return &Handler{o: o, log: o.Logger.With("component", "edge")}
+	hso, _ := o.Observer.(HandshakeObserver)
+	return &Handler{o: o, log: o.Logger.With("component", "edge"), hso: hso}
 }
 
 // SourcesFromConfig builds the edge's view of the configured sources;
@@ -158,7 +163,8 @@ func New(o Options) *Handler {
 func SourcesFromConfig(c *config.Config, sinkNums map[store.SinkRef]uint16) (map[string]*Source, error) {
 	out := make(map[string]*Source, len(c.Sources))
 	for id, sc := range c.Sources {
-		s := &Source{ID: id, Tenant: sc.Tenant, Dedupe: dedupe.New(sc.Dedupe), OnFailure: sc.VerifyFailurePolicy()}
+		s := &Source{ID: id, Tenant: sc.Tenant, Dedupe: dedupe.New(sc.Dedupe), OnFailure: sc.VerifyFailurePolicy(),
+			Handshake: newHandshake(sc)}
 		if sc.Verify.Type != "" && sc.Verify.Type != "none" {
 			v, err := verify.New(sc.Verify.Spec())
 			if err != nil {
@@ -202,6 +208,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method != http.MethodPost {
+		// A provider whose handshake is a GET (Meta, Dropbox) gets one on
+		// its source's catch URL; every other GET stays 405.
+		if r.Method == http.MethodGet {
+			if src, ok := h.o.Sources.Get(sourceID); ok && src.Handshake.get() && tenantMatches(tenant, src) {
+				h.serveGETHandshake(w, r, start, src)
+				return
+			}
+		}
 		w.Header().Set("Allow", http.MethodPost)
 		h.reject(w, start, unknownSourceLabel, http.StatusMethodNotAllowed, "", map[string]any{"error": "method_not_allowed"})
 		return
@@ -244,7 +258,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A source bound to a tenant answers only its own tenant's URL.
-	if tenant != "" && src.Tenant != "" && tenant != src.Tenant {
+	if !tenantMatches(tenant, src) {
 		h.reject(w, start, unknownSourceLabel, http.StatusNotFound, "unknown_source", map[string]any{"error": "unknown_source"})
 		return
 	}
@@ -256,9 +270,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if tenant == "" {
 		tenant = "default"
 	}
+	if src.Handshake != nil && h.postHandshake(w, r, start, src, body) {
+		return
+	}
 	flagged := false
 	if src.Verifier != nil {
-		if verr := src.Verifier.Verify(r.Header, body, start); verr != nil {
+		if verr := verifyRequest(src.Verifier, r, body, start); verr != nil {
 			reason := string(verify.ReasonOf(verr))
 			switch src.OnFailure {
 			case config.OnVerifyFailureQuarantine:
@@ -354,6 +371,21 @@ func (h *Handler) limitKey(tenant string, src *Source, fromURL bool) string {
 		return tenant
 	}
 	return unlistedPrefix + src.ID
+}
+
+// tenantMatches: a source bound to a tenant answers only its own tenant's
+// URL (tenant is the URL's, "" under path routing).
+func tenantMatches(tenant string, src *Source) bool {
+	return tenant == "" || src.Tenant == "" || tenant == src.Tenant
+}
+
+// verifyRequest runs v on r; a scheme that signs the URL (Twilio, a
+// verify.URLVerifier) also gets the request's query string.
+func verifyRequest(v verify.Verifier, r *http.Request, body []byte, now time.Time) error {
+	if uv, ok := v.(verify.URLVerifier); ok {
+		return uv.VerifyURL(r.Header, r.URL.RawQuery, body, now)
+	}
+	return v.Verify(r.Header, body, now)
 }
 
 func (h *Handler) tooLarge(w http.ResponseWriter, start time.Time, label string) {

@@ -88,6 +88,7 @@ type Metrics struct {
 	ingestRequests *prometheus.CounterVec // source_id, outcome
 	ingestDuration prometheus.Histogram
 	ingestRefused  *prometheus.CounterVec // reason
+	handshakes     *prometheus.CounterVec // source_id, provider
 	loadShed       prometheus.Counter
 
 	commitDuration prometheus.Histogram
@@ -135,6 +136,10 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "ankusa_ingest_refused_total",
 			Help: "Ingest requests refused, by reason.",
 		}, []string{"reason"}),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ankusa_ingest_handshakes_total",
+			Help: "Provider handshakes answered (stored and delivered nothing), by configured source id and provider.",
+		}, []string{"source_id", "provider"}),
 		loadShed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ankusa_load_shed_total",
 			Help: "Ingest requests shed because the batcher was full or a record waited past its deadline.",
@@ -173,7 +178,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		}),
 	}
 	reg.MustRegister(
-		m.ingestRequests, m.ingestDuration, m.ingestRefused, m.loadShed,
+		m.ingestRequests, m.ingestDuration, m.ingestRefused, m.handshakes, m.loadShed,
 		m.commitDuration, m.commitBatch, m.syncDuration, m.syncFailures,
 		m.deliveries, m.deliveryDuration, m.deadLettered,
 	)
@@ -206,6 +211,17 @@ func (m *Metrics) IngestRefused(reason string) {
 	if reason == ReasonOverload {
 		m.loadShed.Inc()
 	}
+}
+
+// Handshakes are the provider values of ankusa_ingest_handshakes_total; any
+// other value is counted as ReasonOther.
+var handshakeProviders = []string{"slack", "zoom", "meta", "discord", "msgraph", "dropbox"}
+
+// Handshake counts one answered provider handshake (edge.HandshakeObserver).
+// sourceID is a configured source id, provider one of handshakeProviders:
+// both fixed sets, never request input.
+func (m *Metrics) Handshake(sourceID, provider string) {
+	m.handshakes.WithLabelValues(sourceID, normalise(provider, handshakeProviders, ReasonOther)).Inc()
 }
 
 // Group implements queue.Observer: one group commit of records taken from

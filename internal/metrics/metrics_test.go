@@ -18,6 +18,7 @@ var contractSeries = []string{
 	"ankusa_ingest_requests_total",
 	"ankusa_ingest_duration_seconds",
 	"ankusa_ingest_refused_total",
+	"ankusa_ingest_handshakes_total",
 	"ankusa_load_shed_total",
 	"ankusa_wal_commit_duration_seconds",
 	"ankusa_wal_commit_batch_size",
@@ -43,6 +44,7 @@ func TestMetrics_Series(t *testing.T) {
 	m.WatchQueue(func() queue.Stats { return stats }, func() uint64 { return 4096 })
 	m.Ingest("demo", metrics.OutcomeAccepted, 3*time.Millisecond)
 	m.IngestRefused(metrics.ReasonOverload)
+	m.Handshake("demo", "slack")
 	m.Group(4, 3, time.Millisecond)
 	m.Sync(2*time.Millisecond, nil)
 	m.Sync(time.Millisecond, errors.New("injected"))

@@ -84,7 +84,7 @@ func (e *engine) parseSignature(v string, c *candidates) (ts string, f *Failure)
 		seenTS := false
 		for rest, more := v, true; more; {
 			var item string
-			item, rest, more = strings.Cut(rest, ",")
+			item, rest, more = strings.Cut(rest, e.pairSep)
 			item = trimOWS(item)
 			if item == "" {
 				continue // tolerate "a=1,,b=2" and a trailing comma

@@ -1,14 +1,17 @@
 package verify
 
 import (
+	"crypto/ed25519"
 	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
 	"net/textproto"
+	"slices"
 	"strings"
 )
 
@@ -25,6 +28,15 @@ type Spec struct {
 	// is ignored by the others. 0 means DefaultToleranceSeconds; negative
 	// is refused.
 	ToleranceSeconds int
+	// PublicKeys are the provider's public keys for the asymmetric schemes
+	// (discord, sendgrid, standard_webhooks v1a, hmac with hash ed25519),
+	// newest first, at most MaxSecrets; refused by the symmetric ones.
+	PublicKeys []string
+	// PublicURL is the URL the provider calls, exactly as it sees it
+	// (scheme, host, port, path; a proxy in front of Ankusa rewrites what
+	// Ankusa sees), for the schemes that sign it: twilio and square, where
+	// it is required; refused elsewhere.
+	PublicURL string
 
 	// The fields below apply to Type "hmac" only; a preset fixes them and
 	// New refuses them there.
@@ -53,7 +65,10 @@ type Spec struct {
 	// timestamp exactly as sent) and {header:NAME} (that header's value; at
 	// most 8). There is no escape for a literal "{".
 	Signed string
-	// Hash: sha256 (default) | sha512 | sha1.
+	// Hash: sha256 (default) | sha512 | sha1 | ed25519. ed25519 is not an
+	// HMAC: each signature is an Ed25519 signature of the signed bytes,
+	// checked against PublicKeys (Secrets are refused) decoded by
+	// SecretDecode hex | base64 | whpk_base64.
 	Hash string
 	// Encoding of each signature: hex (default, either case) | base64
 	// (standard alphabet, padded or not).
@@ -84,6 +99,9 @@ const (
 	ParseWhole         = "whole"
 	ParseCSVPairs      = "csv_pairs"
 	ParseSpaceVersions = "space_versions"
+	// ParseSemicolonPairs is csv_pairs with ";" between the pairs
+	// ("ts=…;h1=…", Paddle).
+	ParseSemicolonPairs = "semicolon_pairs"
 )
 
 // Spec.Hash values.
@@ -91,6 +109,8 @@ const (
 	HashSHA256 = "sha256"
 	HashSHA512 = "sha512"
 	HashSHA1   = "sha1"
+	// HashEd25519 selects Ed25519 signatures instead of an HMAC.
+	HashEd25519 = "ed25519"
 )
 
 // Spec.Encoding values.
@@ -104,10 +124,17 @@ const (
 	SecretRaw         = "none"
 	SecretBase64      = "base64"
 	SecretWhsecBase64 = "whsec_base64"
+	// For public keys (hash ed25519): hex, base64, or "whpk_" + base64
+	// (the Standard Webhooks public key format; the prefix is optional).
+	KeyHex        = "hex"
+	KeyWhpkBase64 = "whpk_base64"
 )
 
-// whsecPrefix starts a Standard Webhooks secret.
-const whsecPrefix = "whsec_"
+// whsecPrefix starts a Standard Webhooks secret, whpkPrefix its public key.
+const (
+	whsecPrefix = "whsec_"
+	whpkPrefix  = "whpk_"
+)
 
 // maxTemplateHeaders bounds the {header:NAME} placeholders in Signed.
 const maxTemplateHeaders = 8
@@ -132,23 +159,35 @@ func New(s Spec) (Verifier, error) {
 	case TypeNone:
 		return none{}, nil
 	case TypeHMAC:
+		if s.PublicURL != "" {
+			errs.add("public_url", "applies only to types %s", strings.Join(publicURLTypes, ", "))
+		}
 	default:
+		b, own := builders[s.Type]
 		p, ok := presets[s.Type]
-		if !ok {
+		if !ok && !own {
 			errs.add("type", "must be one of %s, got %q", strings.Join(Types(), ", "), s.Type)
 			return nil, errs.err()
 		}
 		for _, f := range s.hmacOnlyFields() {
 			errs.add(f, "applies only to type hmac; type %s fixes it", s.Type)
 		}
-		p.Secrets, p.ToleranceSeconds = s.Secrets, s.ToleranceSeconds
+		if s.PublicURL != "" && !slices.Contains(publicURLTypes, s.Type) {
+			errs.add("public_url", "applies only to types %s", strings.Join(publicURLTypes, ", "))
+		}
+		if own {
+			v := b(s, &errs)
+			if err := errs.err(); err != nil {
+				return nil, err
+			}
+			return v, nil
+		}
+		p.Secrets, p.ToleranceSeconds, p.PublicKeys = s.Secrets, s.ToleranceSeconds, s.PublicKeys
 		if other, ok := headerSets[s.Type]; ok {
-			alt := presets[other]
-			alt.Secrets, alt.ToleranceSeconds = s.Secrets, s.ToleranceSeconds
-			primary := compile(p, &errs)
-			// The fallback's problems are the primary's (same secrets,
-			// same tolerance), so they are not reported twice.
-			fallback := compile(alt, &specErrors{})
+			primary := compileStandard(s.Type, s, &errs)
+			// The fallback's problems are the primary's (same keys, same
+			// tolerance), so they are not reported twice.
+			fallback := compileStandard(other, s, &specErrors{})
 			if err := errs.err(); err != nil {
 				return nil, err
 			}
@@ -156,6 +195,9 @@ func New(s Spec) (Verifier, error) {
 				primaryNames: namesOf(s.Type), fallbackNames: namesOf(other),
 				primary: primary, fallback: fallback,
 			}, nil
+		}
+		if fill, ok := presetFills[s.Type]; ok {
+			fill(&p, s, &errs)
 		}
 		s = p
 	}
@@ -235,8 +277,10 @@ func compile(s Spec, errs *specErrors) *engine {
 		e.newHash, e.size = sha512.New, sha512.Size
 	case HashSHA1:
 		e.newHash, e.size = sha1.New, sha1.Size
+	case HashEd25519:
+		e.size = ed25519.SignatureSize
 	default:
-		errs.add("hash", "must be one of sha256, sha512, sha1, got %q", s.Hash)
+		errs.add("hash", "must be one of sha256, sha512, sha1, ed25519, got %q", s.Hash)
 	}
 
 	switch s.Encoding {
@@ -260,12 +304,16 @@ func compile(s Spec, errs *specErrors) *engine {
 		if s.SigKey != "" {
 			errs.add("sig_key", "applies only to parse csv_pairs and space_versions")
 		}
-	case ParseCSVPairs, ParseSpaceVersions:
-		e.parse = parseCSVPairs
+	case ParseCSVPairs, ParseSemicolonPairs, ParseSpaceVersions:
+		e.parse, e.pairSep = parseCSVPairs, ","
 		sep := ",="
-		if s.Parse == ParseSpaceVersions {
+		switch s.Parse {
+		case ParseSpaceVersions:
 			e.parse = parseSpaceVersions
 			sep = ", \t"
+		case ParseSemicolonPairs:
+			e.pairSep = ";"
+			sep = ";="
 		}
 		if s.SigKey == "" {
 			errs.add("sig_key", "is required for parse %s", s.Parse)
@@ -273,14 +321,14 @@ func compile(s Spec, errs *specErrors) *engine {
 			errs.add("sig_key", "must not contain separators (%q), got %q", sep, s.SigKey)
 		}
 	default:
-		errs.add("parse", "must be one of whole, csv_pairs, space_versions, got %q", s.Parse)
+		errs.add("parse", "must be one of whole, csv_pairs, semicolon_pairs, space_versions, got %q", s.Parse)
 	}
 
 	if s.TimestampKey != "" {
 		switch {
-		case s.Parse != ParseCSVPairs:
-			errs.add("timestamp_key", "applies only to parse csv_pairs")
-		case strings.ContainsAny(s.TimestampKey, ",= \t"):
+		case s.Parse != ParseCSVPairs && s.Parse != ParseSemicolonPairs:
+			errs.add("timestamp_key", "applies only to parse csv_pairs and semicolon_pairs")
+		case strings.ContainsAny(s.TimestampKey, ",;= \t"):
 			errs.add("timestamp_key", "must not contain separators, got %q", s.TimestampKey)
 		case s.TimestampKey == s.SigKey:
 			errs.add("timestamp_key", "must differ from sig_key")
@@ -311,6 +359,16 @@ func compile(s Spec, errs *specErrors) *engine {
 	}
 	e.timestamped = hasTS
 
+	if s.Hash == HashEd25519 {
+		e.pub = decodePublicKeys(s.PublicKeys, s.SecretDecode, errs)
+		if len(s.Secrets) > 0 {
+			errs.add("secret", "is not used with hash ed25519 (it verifies with public_key)")
+		}
+		return e
+	}
+	if len(s.PublicKeys) > 0 {
+		errs.add("public_key", "applies only to asymmetric schemes (hash ed25519), not an HMAC")
+	}
 	e.keys = decodeSecrets(s.Secrets, s.SecretDecode, errs)
 	return e
 }
@@ -319,21 +377,51 @@ func compile(s Spec, errs *specErrors) *engine {
 // secret that is empty or cannot be decoded. Messages never include the
 // secret.
 func decodeSecrets(secrets []string, decode string, errs *specErrors) [][]byte {
+	return decodeKeys("secret", secrets, decode, errs)
+}
+
+// decodePublicKeys returns the Ed25519 public keys, adding a problem per key
+// that is empty, cannot be decoded or is not 32 bytes.
+func decodePublicKeys(keys []string, decode string, errs *specErrors) []ed25519.PublicKey {
+	switch decode {
+	case KeyHex, SecretBase64, KeyWhpkBase64:
+	default:
+		errs.add("secret_decode", "must be one of hex, base64, whpk_base64 for public keys, got %q", decode)
+		return nil
+	}
+	raw := decodeKeys("public_key", keys, decode, errs)
+	out := make([]ed25519.PublicKey, 0, len(raw))
+	for i, k := range raw {
+		if len(k) != ed25519.PublicKeySize {
+			errs.add(fmt.Sprintf("public_key[%d]", i), "an Ed25519 public key is %d bytes, this one decodes to %d", ed25519.PublicKeySize, len(k))
+			continue
+		}
+		out = append(out, ed25519.PublicKey(k))
+	}
+	return out
+}
+
+// decodeKeys decodes secrets or public keys (named field in messages).
+func decodeKeys(field string, secrets []string, decode string, errs *specErrors) [][]byte {
+	if field == "public_key" {
+		goto count
+	}
 	switch decode {
 	case SecretRaw, SecretBase64, SecretWhsecBase64:
 	default:
 		errs.add("secret_decode", "must be one of none, base64, whsec_base64, got %q", decode)
 		return nil
 	}
+count:
 	switch n := len(secrets); {
 	case n == 0:
-		errs.add("secret", "at least one secret is required")
+		errs.add(field, "at least one %s is required", strings.ReplaceAll(field, "_", " "))
 	case n > MaxSecrets:
-		errs.add("secret", "must have at most %d entries, got %d", MaxSecrets, n)
+		errs.add(field, "must have at most %d entries, got %d", MaxSecrets, n)
 	}
 	keys := make([][]byte, 0, len(secrets))
 	for i, sec := range secrets {
-		field := fmt.Sprintf("secret[%d]", i)
+		field := fmt.Sprintf("%s[%d]", field, i)
 		if sec == "" {
 			errs.add(field, "must not be empty")
 			continue
@@ -342,18 +430,31 @@ func decodeSecrets(secrets []string, decode string, errs *specErrors) [][]byte {
 		switch decode {
 		case SecretRaw:
 			key = []byte(sec)
-		case SecretBase64, SecretWhsecBase64:
+		case KeyHex:
+			k, err := hex.DecodeString(sec)
+			if err != nil {
+				errs.add(field, "key is not hex")
+				continue
+			}
+			key = k
+		case SecretBase64, SecretWhsecBase64, KeyWhpkBase64:
 			b64 := sec
-			if decode == SecretWhsecBase64 {
+			switch decode {
+			case SecretWhsecBase64:
 				b64 = strings.TrimPrefix(sec, whsecPrefix)
+			case KeyWhpkBase64:
+				b64 = strings.TrimPrefix(sec, whpkPrefix)
 			}
 			k, ok := decodeBase64(b64)
 			if !ok {
 				what := "standard base64"
-				if decode == SecretWhsecBase64 {
+				switch decode {
+				case SecretWhsecBase64:
 					what = `"whsec_" followed by standard base64`
+				case KeyWhpkBase64:
+					what = `"whpk_" followed by standard base64`
 				}
-				errs.add(field, "secret is not %s (secret_decode %s)", what, decode)
+				errs.add(field, "%s is not %s (secret_decode %s)", strings.ReplaceAll(strings.Split(field, "[")[0], "_", " "), what, decode)
 				continue
 			}
 			if len(k) == 0 {

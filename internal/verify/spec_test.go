@@ -123,7 +123,7 @@ func TestNew_Valid(t *testing.T) {
 			t.Errorf("New(%+v): %v", s, err)
 		}
 	}
-	want := "github,hmac,none,shopify,slack,standard_webhooks,stripe,svix"
+	want := "discord,dropbox,github,gitlab,hmac,intercom,linear,mailgun,meta,none,paddle,pagerduty,sendgrid,shopify,slack,square,standard_webhooks,stripe,svix,twilio,zoom"
 	if got := strings.Join(verify.Types(), ","); got != want {
 		t.Errorf("Types() = %s, want %s", got, want)
 	}
