@@ -24,5 +24,12 @@ eval "$(./scripts/tools.sh)"
 echo "== go test (all packages, long drills included)"
 go test -count=1 -timeout 10m ./...
 
+# The providers' official libraries as oracles (stripe-go, standard-webhooks,
+# svix, twilio-go, slack-go, go-github): a module of its own, so they never
+# become dependencies of the binary. It uses the parent module through a
+# replace directive; its fuzz target runs on its seeds here.
+echo "== go test (test/interop: provider libraries as oracles)"
+(cd test/interop && go vet ./... && go test -count=1 -timeout 5m ./...)
+
 echo "== go test -race (core packages)"
 go test -count=1 -race -short -timeout 10m ./internal/store/... ./internal/queue/... ./internal/edge/... ./internal/dedupe/... ./internal/dispatch/... ./internal/verify/... ./internal/intake/... ./internal/config/... ./internal/admin/... ./internal/metrics/... ./internal/ops/...

@@ -46,6 +46,10 @@ func TestVerify_TwilioPublishedVector(t *testing.T) {
 	wantReason(t, v.VerifyURL(h, "foo=1&bar=2", body, now), "")
 	wantReason(t, v.VerifyURL(http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, "foo=1&bar=2", body, now), verify.MissingSignature)
 	wantReason(t, v.VerifyURL(with(h.Clone(), "X-Twilio-Signature", "!!"), "foo=1&bar=2", body, now), verify.MalformedSignature)
+	// Found by the differential fuzz test against twilio-go: a second
+	// spelling of the same digest (unused low bits set) is not Twilio's.
+	wantReason(t, v.VerifyURL(with(h.Clone(), "X-Twilio-Signature", nonCanonicalB64("GvWf1cFY/Q7PnoempGyD5oXAezc=")), "foo=1&bar=2", body, now), verify.MalformedSignature)
+	wantReason(t, v.VerifyURL(with(h.Clone(), "X-Twilio-Signature", "GvWf1cFY/Q7PnoempGyD5oXAezc"), "foo=1&bar=2", body, now), verify.MalformedSignature)
 }
 
 // TestVerify_TwilioJSONBody: for a JSON body Twilio signs only the URL,
