@@ -1,13 +1,20 @@
 // Package verify checks the signature a webhook provider put on a request.
 //
-// There is one engine: a generic HMAC verifier (engine, in hmac.go) driven by
-// a Spec. Every named scheme — github, shopify, slack, stripe,
-// standard_webhooks — is only a preset Spec for that engine (presets.go), so
-// all schemes share the same header limits, the same parsers, the same
-// constant-time comparison and the same failure reasons. Rejected design: one
-// hand-written verifier per provider; five copies of "parse, decode, compare"
-// drift apart, and each new provider would need new code instead of a config
-// block.
+// There is one engine: a generic verifier (engine, in hmac.go) driven by a
+// Spec, for HMACs and Ed25519 signatures alike. Most named schemes — github,
+// shopify, slack, stripe, standard_webhooks, svix, discord, paddle, linear,
+// zoom, square, intercom, pagerduty, meta, dropbox — are only a preset Spec
+// for that engine (presets.go), so they share the same header limits, the
+// same parsers, the same constant-time comparison and the same failure
+// reasons. Rejected design: one hand-written verifier per provider; copies
+// of "parse, decode, compare" drift apart, and each new provider would need
+// new code instead of a config block.
+//
+// Four schemes do not fit as data and have a small verifier of their own
+// behind the same interface (providers.go): gitlab (a token, not a
+// signature), mailgun (the signature is inside the body), twilio (it signs
+// the URL, so it is a URLVerifier) and sendgrid (ECDSA, variable-length
+// DER signatures).
 //
 // What the engine promises, for every scheme:
 //
