@@ -301,3 +301,52 @@ func inTolerance(tsText string) bool {
 	d := n - now.Unix()
 	return -300 <= d && d <= 300
 }
+
+// FuzzProviderVerifiers drives the schemes with verifiers of their own
+// (gitlab, mailgun, twilio, sendgrid) and the Ed25519 and semicolon presets
+// with arbitrary header values and bodies. Invariants: no panic; nil or a
+// *Failure with an engine reason and a clean Detail (checkResult);
+// deterministic; and nothing is accepted that was not signed — the secrets
+// and keys are the test's, and the fuzzer cannot produce a valid MAC or
+// signature, so every accepted input must be one of the seeds' valid ones.
+func FuzzProviderVerifiers(f *testing.F) {
+	const token = "fuzz-provider-secret"
+	pub := strings.Repeat("ab", 32)
+	type scheme struct {
+		spec    verify.Spec
+		headers []string // the header the fuzzed value goes into, and a second one
+	}
+	schemes := []scheme{
+		{verify.Spec{Type: "gitlab", Secrets: []string{token}}, []string{"X-Gitlab-Token", "X-Other"}},
+		{verify.Spec{Type: "mailgun", Secrets: []string{token}}, []string{"Content-Type", "X-Other"}},
+		{verify.Spec{Type: "twilio", Secrets: []string{token}, PublicURL: "https://x.example/t"}, []string{"X-Twilio-Signature", "Content-Type"}},
+		{verify.Spec{Type: "sendgrid", PublicKeys: []string{"MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEEDr2LjtURuePQzplybdC+u4CwrqDqBaWjcMMsTbhdbcwHBcepxo7yAQGhHPTnlvFYPAZFceEu/1FwCM/QmGUhA=="}},
+			[]string{"X-Twilio-Email-Event-Webhook-Signature", "X-Twilio-Email-Event-Webhook-Timestamp"}},
+		{verify.Spec{Type: "discord", PublicKeys: []string{pub}}, []string{"X-Signature-Ed25519", "X-Signature-Timestamp"}},
+		{verify.Spec{Type: "paddle", Secrets: []string{token}}, []string{"Paddle-Signature", "X-Other"}},
+		{verify.Spec{Type: "standard_webhooks", PublicKeys: []string{"whpk_" + b64(strings.Repeat("k", 32))}, Secrets: []string{"whsec_" + b64("fuzz-key")}},
+			[]string{"Webhook-Signature", "Webhook-Timestamp"}},
+	}
+	vs := make([]verify.Verifier, len(schemes))
+	for i, s := range schemes {
+		vs[i] = mustNew(f, s.spec)
+	}
+	for i := range schemes {
+		f.Add(uint8(i), "v1,abc", nowTS, []byte(`{"signature":{"timestamp":"`+nowTS+`","token":"t","signature":"00"}}`))
+		f.Add(uint8(i), "ts="+nowTS+";h1="+strings.Repeat("0", 64), "application/x-www-form-urlencoded", []byte("timestamp=1&token=2&signature=3"))
+		f.Add(uint8(i), token, "", []byte{})
+	}
+	f.Fuzz(func(t *testing.T, which uint8, v1, v2 string, body []byte) {
+		i := int(which) % len(schemes)
+		s, v := schemes[i], vs[i]
+		h := http.Header{s.headers[0]: {v1}, s.headers[1]: {v2}, "Webhook-Id": {msgID}}
+		err := v.Verify(h, body, now)
+		checkResult(t, err, token)
+		if again := v.Verify(h, body, now); verify.ReasonOf(again) != verify.ReasonOf(err) {
+			t.Fatalf("not deterministic: %v then %v", err, again)
+		}
+		if err == nil && !(s.spec.Type == "gitlab" && strings.Trim(v1, " \t") == token) {
+			t.Fatalf("%s accepted %q / %q without a valid signature", s.spec.Type, v1, v2)
+		}
+	})
+}
