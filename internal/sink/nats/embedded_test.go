@@ -2,6 +2,7 @@ package natssink_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/config"
 	natssink "github.com/ankusa/ankusa/internal/sink/nats"
+	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
 
@@ -296,4 +298,46 @@ func TestSink_MaxPayloadWarning(t *testing.T) {
 		t.Fatalf("a body of MaxBodyFor(max_payload) = %d bytes: %v", fits, err)
 	}
 	assertPermanent(t, deliver(s, newMessage(bytes.Repeat([]byte("a"), maxPayload*3/4+3)), 5*time.Second))
+}
+
+// TestSink_DropHeaders: the sink's drop_headers reach its messages: by
+// default the credentials are left out, with [] every header is carried.
+func TestSink_DropHeaders(t *testing.T) {
+	srv := runServer(t, -1, t.TempDir(), nil)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", serverPort(t, srv))
+	js := embeddedJetStream(t, url)
+	for _, c := range []struct {
+		name     string
+		drop     []string
+		wantAuth bool
+	}{
+		{"default", nil, false},
+		{"carry everything", []string{}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := makeStream(t, js, nil)
+			s := newSink(t, config.NATSSink{URL: url, Subject: st.CachedInfo().Config.Subjects[0], DropHeaders: c.drop})
+			m := newMessage(nil)
+			m.Headers = append(m.Headers, store.Header{Name: "authorization", Value: "Bearer provider-token"})
+			if err := deliver(s, m, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if has := bytes.Contains(got.Data(), []byte(`"authorization"`)); has != c.wantAuth {
+				t.Fatalf("authorization carried = %v, want %v: %s", has, c.wantAuth, got.Data())
+			}
+			if !bytes.Contains(got.Data(), []byte(`"stripe-signature"`)) {
+				t.Fatalf("the signature header is not carried: %s", got.Data())
+			}
+		})
+	}
 }
