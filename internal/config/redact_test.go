@@ -15,6 +15,10 @@ func TestRedacted(t *testing.T) {
 	s := c.Sources["demo"]
 	s.Tenant = "acme"
 	s.Verify.Secret = []string{"whsec_first", "whsec_second"}
+	s.Verify.VerifyToken = "meta-verify-token"
+	s.Verify.PublicKey = []string{"whpk_cHVibGlj"}
+	s.Verify.PublicURL = "https://hooks.example.com/webhooks/demo"
+	s.Handshake = "msgraph"
 	s.Dedupe = &config.SourceDedupe{Header: "X-Request-Id", TTLSeconds: 60}
 	c.Sources["demo"] = s
 
@@ -24,7 +28,7 @@ func TestRedacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := string(raw)
-	for _, secret := range []string{"whsec_first", "whsec_second", "hunter2", "tok_abc", "zz-north-9"} {
+	for _, secret := range []string{"whsec_first", "whsec_second", "hunter2", "tok_abc", "zz-north-9", "meta-verify-token"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("redacted output leaks %q: %s", secret, out)
 		}
@@ -48,6 +52,11 @@ func TestRedacted(t *testing.T) {
 	}{
 		{[]any{"sources", "demo", "verify", "secret", 0}, "[REDACTED]"},
 		{[]any{"sources", "demo", "verify", "secret", 1}, "[REDACTED]"},
+		{[]any{"sources", "demo", "verify", "verify_token"}, "[REDACTED]"},
+		// A public key and the public URL are not secret.
+		{[]any{"sources", "demo", "verify", "public_key", 0}, "whpk_cHVibGlj"},
+		{[]any{"sources", "demo", "verify", "public_url"}, "https://hooks.example.com/webhooks/demo"},
+		{[]any{"sources", "demo", "handshake"}, "msgraph"},
 		{[]any{"node", "data_dir"}, "s3://backup:[REDACTED]@bucket.example/ankusa?token=[REDACTED]&region=[REDACTED]"},
 		{[]any{"http", "prefix"}, "/hooks"},
 		{[]any{"http", "ip"}, "0.0.0.0"},
