@@ -513,3 +513,29 @@ func TestClose_NoLeak(t *testing.T) {
 	}()
 	testutil.Eventually(t, hangBound, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
+
+// TestDeliver_DropHeaders: the sink's drop_headers reach its records: the
+// default leaves authorization out, an own list drops what it names.
+func TestDeliver_DropHeaders(t *testing.T) {
+	c := newCluster(t)
+	def := newSink(t, sinkConfig(c))
+	cfg := sinkConfig(c)
+	cfg.DropHeaders = []string{"X-Github-Event"}
+	own := newSink(t, cfg)
+	for _, s := range []*kafka.Sink{def, own} {
+		m := message()
+		m.Headers = append(m.Headers, store.Header{Name: "authorization", Value: "Bearer provider-token"})
+		if err := deliver(t, s, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One key, so one partition, produced one after the other: in order.
+	recs := consume(t, c, 2)
+	byDefault, byOwn := string(recs[0].Value), string(recs[1].Value)
+	if strings.Contains(byDefault, `"authorization"`) || !strings.Contains(byDefault, `"x-github-event"`) {
+		t.Errorf("default drop list: %s", byDefault)
+	}
+	if !strings.Contains(byOwn, `"authorization"`) || strings.Contains(byOwn, `"x-github-event"`) {
+		t.Errorf("drop_headers [X-Github-Event]: %s", byOwn)
+	}
+}

@@ -697,3 +697,32 @@ func (p *proxy) serve() {
 		p.wg.Go(func() { pipe(c, u) })
 	}
 }
+
+// TestSink_DropHeaders: the sink's drop_headers reach its messages; []
+// carries every header, authorization included.
+func TestSink_DropHeaders(t *testing.T) {
+	b := newBroker(t)
+	ex, q, key := b.name("x"), b.name("q"), "hooks.drop"
+	b.exchange(ex)
+	b.queue(q, ex, key)
+	for _, c := range []struct {
+		drop     []string
+		wantAuth bool
+	}{{nil, false}, {[]string{}, true}} {
+		s, err := rabbitmq.New(&config.RabbitMQSink{URL: brokerURL, Exchange: ex, RoutingKey: key, TimeoutMs: 10_000, DropHeaders: c.drop},
+			testutil.Logger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := message(`{"a":1}`)
+		m.Headers = append(m.Headers, store.Header{Name: "authorization", Value: "Bearer provider-token"})
+		err = deliver(t, s, m)
+		_ = s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if has := strings.Contains(string(b.get(q).Body), `"authorization"`); has != c.wantAuth {
+			t.Errorf("drop_headers %v: authorization carried = %v, want %v", c.drop, has, c.wantAuth)
+		}
+	}
+}
