@@ -56,6 +56,15 @@ const (
 // binary builds them (edge.SourcesFromConfig).
 func handshakeServer(t *testing.T, yml string) (*httptest.Server, *queue.Queue, *handshakeLog) {
 	t.Helper()
+	h, q, obs := handshakeHandler(t, yml)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv, q, obs
+}
+
+// handshakeHandler is the handler of handshakeServer, without a listener.
+func handshakeHandler(t testing.TB, yml string) (http.Handler, *queue.Queue, *handshakeLog) {
+	t.Helper()
 	c, err := config.LoadBytes([]byte(yml), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatalf("config: %v", err)
@@ -81,9 +90,7 @@ func handshakeServer(t *testing.T, yml string) (*httptest.Server, *queue.Queue, 
 		Routing: "path", Prefix: "/webhooks", MaxBodyBytes: 1 << 20,
 		Sources: edge.NewRegistry(srcs), Committer: q, Observer: obs, Logger: testutil.Logger(t),
 	})
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv, q, obs
+	return h, q, obs
 }
 
 type rawReply struct {
@@ -258,6 +265,69 @@ sources:
 		}
 		if n := q.Stats().Hooks; n != 2 {
 			t.Fatalf("hooks = %d, want the two ordinary ones", n)
+		}
+	})
+}
+
+// FuzzHandshakes drives the handshake sources with arbitrary methods,
+// queries and bodies, unsigned. Invariants: no panic; the status is 200 (a
+// handshake answered), 201 (an ordinary hook, only on the unsigned msgraph
+// source), 400/401/403/405 with a JSON error; a 200 only for a request
+// carrying its provider's marker; nothing on a signed source is ever
+// stored or answered 200 without a signature.
+func FuzzHandshakes(f *testing.F) {
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	h, _, _ := handshakeHandler(f, `
+sources:
+  slack: {verify: {type: slack, secret: s}, sinks: [{type: log}]}
+  zoom: {verify: {type: zoom, secret: z}, sinks: [{type: log}]}
+  meta: {verify: {type: meta, secret: m, verify_token: tok}, sinks: [{type: log}]}
+  discord: {verify: {type: discord, public_key: "`+hex.EncodeToString(pub)+`"}, sinks: [{type: log}]}
+  graph: {handshake: msgraph, sinks: [{type: log}]}
+  dropbox: {verify: {type: dropbox, secret: d}, sinks: [{type: log}]}
+`)
+	names := []string{"slack", "zoom", "meta", "discord", "graph", "dropbox"}
+	f.Add(uint8(0), true, "", []byte(`{"type":"url_verification","challenge":"c"}`))
+	f.Add(uint8(1), true, "", []byte(`{"event":"endpoint.url_validation","payload":{"plainToken":"p"}}`))
+	f.Add(uint8(2), false, "hub.mode=subscribe&hub.challenge=1&hub.verify_token=tok", []byte{})
+	f.Add(uint8(3), true, "", []byte(`{"type":1}`))
+	f.Add(uint8(4), true, "validationToken=abc", []byte{})
+	f.Add(uint8(5), false, "challenge=xyz", []byte{})
+	f.Fuzz(func(t *testing.T, which uint8, post bool, query string, body []byte) {
+		name := names[int(which)%len(names)]
+		method := http.MethodGet
+		if post {
+			method = http.MethodPost
+		}
+		req := httptest.NewRequest(method, "/webhooks/"+name, bytes.NewReader(body))
+		req.URL.RawQuery = query
+		rw := httptest.NewRecorder()
+		h.ServeHTTP(rw, req)
+		switch rw.Code {
+		case 200:
+			ok := false
+			switch name {
+			case "meta":
+				ok = !post && req.URL.Query().Get("hub.verify_token") == "tok"
+			case "graph":
+				ok = post && req.URL.Query().Get("validationToken") != ""
+			case "dropbox":
+				ok = !post && req.URL.Query().Get("challenge") != ""
+			}
+			if !ok {
+				t.Fatalf("200 for %s %s ?%q body %q", method, name, query, body)
+			}
+		case 201:
+			if name != "graph" {
+				t.Fatalf("201 for an unsigned request to %s", name)
+			}
+		case 400, 401, 403, 405:
+			var m map[string]any
+			if err := json.Unmarshal(rw.Body.Bytes(), &m); err != nil || m["error"] == nil {
+				t.Fatalf("%d without a JSON error: %q", rw.Code, rw.Body.String())
+			}
+		default:
+			t.Fatalf("status %d for %s %s", rw.Code, method, name)
 		}
 	})
 }
