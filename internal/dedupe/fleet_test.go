@@ -146,3 +146,31 @@ func TestFleetBadURLDoesNotRepeatIt(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// Boot recovery adopts the claim a dead node left pending; a key another
+// hook already committed keeps its first id.
+func TestFleetAdoptCommitsAReplayedHook(t *testing.T) {
+	ctx := context.Background()
+	_, prefix := services.RedisPrefix(t)
+	dead, other := newFleet(t, prefix, 30*time.Second), newFleet(t, prefix, 30*time.Second)
+	if _, err := dead.Claim(ctx, "t", "s", "k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Adopt(ctx, "t", "s", "k1", id1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := other.Claim(ctx, "t", "s", "k1"); err != nil || !c.Committed || c.ID != id1 {
+		t.Fatalf("after adopt: %+v %v, want committed under the replayed id", c, err)
+	}
+	first := [16]byte{9}
+	c, _ := other.Claim(ctx, "t", "s", "k2")
+	if err := other.Promote(ctx, c, first, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := dead.Adopt(ctx, "t", "s", "k2", id1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := other.Claim(ctx, "t", "s", "k2"); c.ID != first {
+		t.Fatalf("adopt replaced a committed claim: %x", c.ID)
+	}
+}
