@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite. Needs only Go: every test uses Pebble on a temp dir
-# and loopback listeners; nothing external has to be started for the
-# single-node suite. The deployment files are checked by helm, kubeconform,
+# The whole test suite. Needs Go and the loopback services the machine runs
+# (RabbitMQ, NATS, Redis, PostgreSQL; see README): every test uses Pebble
+# on a temp dir and loopback listeners, and makes its own streams, key
+# prefixes and tables. The deployment files are checked by helm, kubeconform,
 # promtool and systemd-analyze, which scripts/tools.sh installs (pinned,
 # once per machine) from the Go module proxy and Debian.
 set -euo pipefail
