@@ -9,7 +9,7 @@ COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 OUT     ?= bin/ankusa
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: run test test-quick vet build bench
+.PHONY: run test test-quick vet build bench drill-fleet
 
 run:
 	$(GO) run ./cmd/ankusa
@@ -35,3 +35,12 @@ test-quick:
 
 bench:
 	$(GO) run ./cmd/ankusa bench
+
+# The fleet drill at a longer pace (make test runs it bounded): three
+# JetStream servers (embedded, R3 stream), the loopback Redis and Postgres,
+# two ankusa nodes; two host losses and a log outage, in dual and disk.
+# PHASE_MS and RATE tune it. Prints the loadgen verify figures of each mode.
+PHASE_MS ?= 6000
+RATE ?= 150
+drill-fleet:
+	ANKUSA_DRILL_PHASE_MS=$(PHASE_MS) ANKUSA_DRILL_RATE=$(RATE) $(GO) test -count=1 -v -timeout 30m -run TestFleetDrill ./test/fleet

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite. Needs only Go: every test uses Pebble on a temp dir
-# and loopback listeners; nothing external has to be started for the
-# single-node suite. The deployment files are checked by helm, kubeconform,
+# The whole test suite. Needs Go and the loopback services the machine runs
+# (RabbitMQ, NATS, Redis, PostgreSQL; see README): every test uses Pebble
+# on a temp dir and loopback listeners, and makes its own streams, key
+# prefixes and tables. The deployment files are checked by helm, kubeconform,
 # promtool and systemd-analyze, which scripts/tools.sh installs (pinned,
 # once per machine) from the Go module proxy and Debian.
 set -euo pipefail
@@ -32,4 +33,4 @@ echo "== go test (test/interop: provider libraries as oracles)"
 (cd test/interop && go vet ./... && go test -count=1 -timeout 5m ./...)
 
 echo "== go test -race (core packages)"
-go test -count=1 -race -short -timeout 10m ./internal/store/... ./internal/queue/... ./internal/edge/... ./internal/dedupe/... ./internal/dispatch/... ./internal/verify/... ./internal/intake/... ./internal/config/... ./internal/admin/... ./internal/metrics/... ./internal/ops/...
+go test -count=1 -race -short -timeout 10m ./internal/store/... ./internal/queue/... ./internal/edge/... ./internal/dedupe/... ./internal/dispatch/... ./internal/verify/... ./internal/intake/... ./internal/config/... ./internal/admin/... ./internal/metrics/... ./internal/ops/... ./internal/direct/... ./internal/loadgen/...

@@ -23,6 +23,7 @@ import (
 	"github.com/ankusa/ankusa/internal/admin"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dedupe"
+	"github.com/ankusa/ankusa/internal/direct"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/intake"
@@ -335,7 +336,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		Sources:      in.sources,
 		Limiter:      in.limiter,
 		Quarantine:   pen,
-		Committer:    q,
+		Committer:    committer(cfg, q, targets),
 		Observer:     in.metrics,
 		Logger:       o.Logger,
 		Claims:       claims,
@@ -392,6 +393,23 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	return in, nil
 }
 
+// committer is the edge's commit path: the queue, or under wal.type: none
+// the synchronous delivery to every sink (no hook is stored).
+func committer(cfg *config.Config, q *queue.Queue, targets map[uint16]dispatch.Target) edge.Committer {
+	if cfg.WAL.Type != "none" {
+		return q
+	}
+	sinks := make(map[uint16]sink.Sink, len(targets))
+	for n, t := range targets {
+		sinks[n] = t.Sink
+	}
+	return direct.New(direct.Options{
+		Sinks:       sinks,
+		Deadline:    time.Duration(cfg.Batcher.DeadlineMs) * time.Millisecond,
+		MaxInflight: cfg.Batcher.MaxQueue,
+	})
+}
+
 // holder is the queue's claim hold under dual, else nil (nothing is carried).
 func holder(q *queue.Queue, dual bool) edge.Holder {
 	if !dual {
@@ -421,6 +439,11 @@ func (in *Instance) DurabilityLine() string {
 		}
 		return fmt.Sprintf("durability: wal.type=dual: a 201 means the hook is fsynced in the local store (%s) AND confirmed by the intake log: %s; "+
 			"an acked hook is lost only if this host and every in-sync replica of the log are lost together", in.store.Dir(), log)
+	}
+	if in.cfg.WAL.Type == "none" {
+		return fmt.Sprintf("durability: wal.type=none: no local hook store; a 201 means every sink of the hook confirmed it "+
+			"within %s (the sinks hold it, nothing is kept on this node); a sink failure is a 503 and the provider's retry delivers again",
+			time.Duration(in.cfg.Batcher.DeadlineMs)*time.Millisecond)
 	}
 	if in.backups != nil {
 		return fmt.Sprintf("durability: wal.type=disk: a 201 means the hook is fsynced in the local store (%s); "+

@@ -202,6 +202,16 @@ func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
 		Origin:  origin,
 		Resolve: in.route,
 		Logger:  in.log,
+		OnApplied: func(tenant, source, key string, id [16]byte, ttl time.Duration) {
+			if in.fleet == nil {
+				return
+			}
+			// A claim left pending by the dead node: commit it under the
+			// replayed hook, so a retry is a 201 duplicate, not a second hook.
+			if err := in.fleet.Adopt(ctx, tenant, source, key, id, ttl); err != nil {
+				in.log.Warn("replay: fleet claim not adopted; it expires after fleet.pending_ttl_ms", "source", source, "err", err)
+			}
+		},
 	})
 	skipped := 0
 	switch sk := in.intake.(type) {

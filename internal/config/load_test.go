@@ -276,7 +276,7 @@ func TestBadEnvOverride(t *testing.T) {
 		{"ANKUSA_HTTP_PORT", "abc", "http.port", `ANKUSA_HTTP_PORT="abc": not an integer`},
 		{"ANKUSA_ADMIN_PORT", "1.5", "admin.port", `ANKUSA_ADMIN_PORT="1.5": not an integer`},
 		{"ANKUSA_HTTP_PORT", "70000", "http.port", "must be between 0 and 65535, got 70000 (set by ANKUSA_HTTP_PORT)"},
-		{"ANKUSA_WAL_TYPE", "none", "wal.type", `"none" is not available yet (supported: disk|dual) (set by ANKUSA_WAL_TYPE)`},
+		{"ANKUSA_WAL_TYPE", "nil", "wal.type", `must be one of disk|dual|none, got "nil" (set by ANKUSA_WAL_TYPE)`},
 		{"ANKUSA_INTAKE_TYPE", "pulsar", "intake.type", `must be one of memory|kafka|jetstream, got "pulsar" (set by ANKUSA_INTAKE_TYPE)`},
 		{"ANKUSA_INTAKE_NODE_ID", "Node_A", "intake.node_id", `must match [a-z0-9._-]{1,64}, got "Node_A" (set by ANKUSA_INTAKE_NODE_ID)`},
 	}

@@ -368,7 +368,8 @@ type BatcherConfig struct {
 // WALConfig chooses what a 2xx means.
 type WALConfig struct {
 	// Type: "disk" (default; fsynced in the local store) or "dual" (fsynced
-	// locally AND confirmed by the intake log). "none" is refused until it ships.
+	// locally AND confirmed by the intake log) or "none" (no local hook
+	// store: a 201 once every sink confirmed).
 	Type string `yaml:"type" json:"type"`
 }
 

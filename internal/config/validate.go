@@ -25,7 +25,7 @@ func (c *Config) Validate() error {
 	v.oneOf("log.level", c.Log.Level, []string{"debug", "info", "warn", "error"}, nil, "")
 	v.oneOf("log.format", c.Log.Format, []string{"text", "json"}, nil, "")
 	c.validateBatcher(v)
-	v.oneOf("wal.type", c.WAL.Type, []string{"disk", "dual"}, []string{"none"}, "")
+	v.oneOf("wal.type", c.WAL.Type, []string{"disk", "dual", "none"}, nil, "")
 	c.validateIntake(v)
 	c.validateBackup(v)
 	c.validateFleet(v)
@@ -192,6 +192,10 @@ func (c *Config) validateSources(v *validator) {
 
 		if d := s.Dedupe; d != nil {
 			validateSourceDedupe(v, p+".dedupe", d)
+			// No store, no dedupe rows: under none only fleet claims dedupe.
+			if c.WAL.Type == "none" && c.Dedupe.Scope != "fleet" {
+				v.add(p+".dedupe", "needs dedupe.scope: fleet when wal.type is none (there is no local store to hold the keys)")
+			}
 		}
 
 		if len(s.Sinks) == 0 {

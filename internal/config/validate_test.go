@@ -123,8 +123,16 @@ func TestRules(t *testing.T) {
 		{"log format bad", func(c *config.Config) { c.Log.Format = "xml" }, "log.format", `got "xml"`},
 		{"log level empty", func(c *config.Config) { c.Log.Level = "" }, "log.level", "must be set (one of debug|info|warn|error)"},
 		{"wal dual needs intake", func(c *config.Config) { c.WAL.Type = "dual" }, "intake.type", "required when wal.type is dual"},
-		{"wal none", func(c *config.Config) { c.WAL.Type = "none" }, "wal.type", `"none" is not available yet (supported: disk|dual)`},
-		{"wal typo", func(c *config.Config) { c.WAL.Type = "dsk" }, "wal.type", `must be one of disk|dual, got "dsk"`},
+		{"wal none", func(c *config.Config) { c.WAL.Type = "none" }, "", ""},
+		{"wal none with node-scope dedupe", func(c *config.Config) {
+			c.WAL.Type = "none"
+			src(c, func(s *config.SourceConfig) { s.Dedupe = &config.SourceDedupe{Header: "X-Id", TTLSeconds: 60} })
+		}, "sources.demo.dedupe", "needs dedupe.scope: fleet when wal.type is none"},
+		{"wal none with fleet dedupe", func(c *config.Config) {
+			c.WAL.Type, c.Dedupe.Scope, c.Fleet.Redis.URL = "none", "fleet", "redis://127.0.0.1:6379"
+			src(c, func(s *config.SourceConfig) { s.Dedupe = &config.SourceDedupe{Header: "X-Id", TTLSeconds: 60} })
+		}, "", ""},
+		{"wal typo", func(c *config.Config) { c.WAL.Type = "dsk" }, "wal.type", `must be one of disk|dual|none, got "dsk"`},
 		{"dedupe scope typo", func(c *config.Config) { c.Dedupe.Scope = "global" }, "dedupe.scope", `must be one of node|fleet, got "global"`},
 		{"fleet needs a redis url", func(c *config.Config) { c.Dedupe.Scope = "fleet" }, "fleet.redis.url", "required when dedupe.scope is fleet"},
 		{"fleet redis url scheme", func(c *config.Config) {

@@ -68,6 +68,16 @@ var releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0`)
 
+// adoptScript: commit the key under a replayed hook's id unless a hook
+// already committed it. It overwrites a pending entry: the only pending
+// entry a replayed hook can meet is its own dead request's (or, after
+// that one expired, a retry's that is a second hook whatever is done).
+var adoptScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, 2) == 'c:' then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1`)
+
 // NewFleetClaims connects lazily (go-redis dials on first use); Ping checks
 // the server is there.
 func NewFleetClaims(o FleetOptions) (*FleetClaims, error) {
@@ -170,4 +180,18 @@ func (f *FleetClaims) Release(ctx context.Context, c Claim) error {
 	ctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
 	defer cancel()
 	return f.done("release", releaseScript.Run(ctx, f.c, []string{c.Key}, pendingValue(c.Token)).Err())
+}
+
+// Adopt commits the key of a hook that boot recovery replayed from the
+// intake log: its node died before settling the claim, and without this a
+// provider's retry would wait out fleet.pending_ttl_ms and then become a
+// second hook id for a hook that is, after all, durable. ttl is what is
+// left of the source's dedupe TTL.
+func (f *FleetClaims) Adopt(ctx context.Context, tenant, source, key string, id [16]byte, ttl time.Duration) error {
+	if ttl <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
+	defer cancel()
+	return f.done("promote", adoptScript.Run(ctx, f.c, []string{f.key(tenant, source, key)}, committedValue(id), ttl.Milliseconds()).Err())
 }

@@ -3,7 +3,9 @@ package dedupe_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,5 +146,76 @@ func TestFleetBadURLDoesNotRepeatIt(t *testing.T) {
 	_, err := dedupe.NewFleetClaims(dedupe.FleetOptions{URL: "http://u:hunter2@h"})
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// Boot recovery adopts the claim a dead node left pending; a key another
+// hook already committed keeps its first id.
+func TestFleetAdoptCommitsAReplayedHook(t *testing.T) {
+	ctx := context.Background()
+	_, prefix := services.RedisPrefix(t)
+	dead, other := newFleet(t, prefix, 30*time.Second), newFleet(t, prefix, 30*time.Second)
+	if _, err := dead.Claim(ctx, "t", "s", "k1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Adopt(ctx, "t", "s", "k1", id1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := other.Claim(ctx, "t", "s", "k1"); err != nil || !c.Committed || c.ID != id1 {
+		t.Fatalf("after adopt: %+v %v, want committed under the replayed id", c, err)
+	}
+	first := [16]byte{9}
+	c, _ := other.Claim(ctx, "t", "s", "k2")
+	if err := other.Promote(ctx, c, first, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := dead.Adopt(ctx, "t", "s", "k2", id1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := other.Claim(ctx, "t", "s", "k2"); c.ID != first {
+		t.Fatalf("adopt replaced a committed claim: %x", c.ID)
+	}
+}
+
+// A Redis that accepts connections and never answers is as good as down:
+// the claim fails within fleet.redis.timeout_ms, never hangs the request.
+func TestFleetSlowRedisTimesOut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	f, err := dedupe.NewFleetClaims(dedupe.FleetOptions{URL: "redis://" + ln.Addr().String(), Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	start := time.Now()
+	_, err = f.Claim(context.Background(), "t", "s", "k")
+	if !errors.Is(err, dedupe.ErrUnavailable) {
+		t.Fatalf("claim against a silent Redis: %v, want ErrUnavailable", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("claim took %s, want about the 200ms timeout", took)
 	}
 }

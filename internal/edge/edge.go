@@ -21,6 +21,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dedupe"
+	"github.com/ankusa/ankusa/internal/direct"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/ratelimit"
 	"github.com/ankusa/ankusa/internal/store"
@@ -338,6 +339,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.unavailable(w, start, src.ID, "overload", h.o.RetryAfterSecs)
 	case errors.Is(err, queue.ErrIntakeUnavailable):
 		h.unavailable(w, start, src.ID, "intake_unavailable", h.o.IntakeRetryAfterSecs)
+	case errors.Is(err, direct.ErrSinkUnavailable):
+		// wal.type: none: a sink did not confirm, so nothing was accepted.
+		h.log.Warn("direct delivery failed", "source", src.ID, "err", err)
+		h.unavailable(w, start, src.ID, "sink_unavailable", h.o.RetryAfterSecs)
 	case errors.Is(err, queue.ErrIntakePending):
 		h.unavailable(w, start, src.ID, "intake_pending", 1)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -44,6 +44,8 @@ type Response struct {
 	URL        string
 	Status     int    // 0: no HTTP answer (connection error)
 	Error      string // the JSON "error" of a refusal, or the transport error
+	Attempt    int    // 0 for the hook's first attempt
+	Duplicate  bool   // a 201 naming an earlier hook
 }
 
 // Options configure Run. Exactly one of Rate and Concurrency drives the load.
@@ -58,6 +60,9 @@ type Options struct {
 	// Duration passes).
 	Count    int
 	Duration time.Duration
+	// Stop, when closed, ends the starting of new hooks; hooks in flight
+	// keep retrying until acked or ctx ends (a provider does).
+	Stop <-chan struct{}
 	// BodyBytes pads each body to about this size [256].
 	BodyBytes int
 	// DedupeHeader names the header carrying the event id [X-Loadgen-Id].
@@ -153,6 +158,18 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		startCtx, cancel = context.WithTimeout(ctx, o.Duration)
 		defer cancel()
 	}
+	if o.Stop != nil {
+		var cancel context.CancelFunc
+		startCtx, cancel = context.WithCancel(startCtx)
+		defer cancel()
+		go func() {
+			select {
+			case <-o.Stop:
+				cancel()
+			case <-startCtx.Done():
+			}
+		}()
+	}
 	var wg sync.WaitGroup
 	if o.Rate > 0 {
 		r.fixedRate(ctx, startCtx, &wg)
@@ -227,6 +244,7 @@ func (r *runner) hook(ctx context.Context) {
 		// URL stands for.
 		url := r.o.URLs[(int(n)+attempt)%len(r.o.URLs)]
 		res, id, dup, wait := r.attempt(ctx, url, key, body)
+		res.Attempt, res.Duplicate = attempt, dup
 		r.attempts.Add(1)
 		r.mu.Lock()
 		r.byStatus[res.Status]++

@@ -56,6 +56,7 @@ const (
 	ReasonMaxConnsPerIP = "max_conns_per_ip"
 	ReasonDedupePending = "dedupe_pending"
 	ReasonDedupeUnavail = "dedupe_unavailable"
+	ReasonSinkUnavail   = "sink_unavailable" // wal.type: none
 	ReasonOther         = "other"
 )
 
@@ -65,7 +66,7 @@ var reasons = []string{
 	ReasonOverload, ReasonStoreUnavailable, ReasonPayloadTooLarge, ReasonInvalidHeader,
 	ReasonBodyReadFailed, ReasonUnknownSource, ReasonClosed, ReasonIntakeUnavail, ReasonIntakePending,
 	ReasonVerifyFailed, ReasonRateLimited, ReasonQuarantineRate, ReasonQuarantineFull,
-	ReasonMaxConns, ReasonMaxConnsPerIP, ReasonDedupePending, ReasonDedupeUnavail,
+	ReasonMaxConns, ReasonMaxConnsPerIP, ReasonDedupePending, ReasonDedupeUnavail, ReasonSinkUnavail,
 }
 
 // Buckets, in seconds. An ingest spans a group commit and one fsync; an

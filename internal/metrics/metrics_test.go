@@ -122,8 +122,8 @@ func TestMetrics_Counters(t *testing.T) {
 	t.Run("refused and load shed", func(t *testing.T) {
 		reg, m := newMetrics(t)
 		// Every reason exists before the first refusal.
-		if n := testutil.CollectAndCount(reg, "ankusa_ingest_refused_total"); n != 17 {
-			t.Errorf("refused series before use = %d, want 17", n)
+		if n := testutil.CollectAndCount(reg, "ankusa_ingest_refused_total"); n != 18 {
+			t.Errorf("refused series before use = %d, want 18", n)
 		}
 		m.IngestRefused(metrics.ReasonOverload)
 		m.IngestRefused(metrics.ReasonPayloadTooLarge)
@@ -138,7 +138,7 @@ func TestMetrics_Counters(t *testing.T) {
 			"invalid_header": 0, "body_read_failed": 0, "unknown_source": 0, "closed": 0,
 			"intake_unavailable": 0, "intake_pending": 0, "verification_failed": 0, "rate_limited": 0,
 			"quarantine_rate_limited": 0, "quarantine_full": 0, "max_conns": 0, "max_conns_per_ip": 0,
-			"dedupe_pending": 0, "dedupe_unavailable": 0,
+			"dedupe_pending": 0, "dedupe_unavailable": 0, "sink_unavailable": 0,
 		}
 		for reason, w := range want {
 			if c[reason] != w {

@@ -54,6 +54,10 @@ type RecoverOptions struct {
 	// Resolve returns the current route of a source; ok=false counts the
 	// record unroutable.
 	Resolve func(source string) (Route, bool)
+	// OnApplied, when set, is told of every replayed hook with a dedupe key
+	// once its chunk is durable (fleet scope adopts the claim: the hook's
+	// node died before settling it). ttl is what is left of the dedupe TTL.
+	OnApplied func(tenant, source, dedupeKey string, id [16]byte, ttl time.Duration)
 	// Chunk is the apply batch size (default 500).
 	Chunk  int
 	Logger *slog.Logger
@@ -224,7 +228,16 @@ type applier struct {
 	// replayed holds the seqs this replay wrote: they are in the log, so
 	// the republish skips them.
 	replayed map[uint64]bool
-	log      *slog.Logger
+	// claims are this chunk's replayed dedupe keys, told to OnApplied once
+	// the chunk is durable.
+	claims []appliedClaim
+	log    *slog.Logger
+}
+
+type appliedClaim struct {
+	tenant, source, key string
+	id                  [16]byte
+	expires             time.Time
 }
 
 func (a *applier) add(r intake.Record, pos intake.Position) {
@@ -342,6 +355,10 @@ func (a *applier) write(b *store.Batch, env *store.Envelope, seq uint64) {
 			_ = b.Set(store.ExpiryKey(exp, uk), nil, nil)
 		}
 	}
+	if env.DedupeKey != "" && route.DedupeTTL > 0 && a.o.OnApplied != nil {
+		a.claims = append(a.claims, appliedClaim{env.Tenant, env.Source, env.DedupeKey, env.ID,
+			time.Unix(0, env.ReceivedAt).Add(route.DedupeTTL)})
+	}
 	a.next = max(a.next, seq+1)
 	a.sum.Applied++
 	if a.replayed == nil {
@@ -359,8 +376,14 @@ func (a *applier) commit(b *store.Batch, last intake.Position) error {
 	_ = b.Set(store.KeyNextSeq, store.U64(a.next), nil)
 	_ = b.Set(KeyIntakeOffset, store.U64(uint64(last)), nil)
 	if err := a.st.ApplySync(b); err != nil {
+		a.claims = a.claims[:0]
 		return fmt.Errorf("apply replayed chunk: %w", err)
 	}
+	now := a.o.Now()
+	for _, c := range a.claims {
+		a.o.OnApplied(c.tenant, c.source, c.key, c.id, c.expires.Sub(now))
+	}
+	a.claims = a.claims[:0]
 	return nil
 }
 
