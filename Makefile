@@ -9,7 +9,7 @@ COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 OUT     ?= bin/ankusa
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: run test test-quick vet build bench
+.PHONY: run test test-quick vet build bench sim
 
 run:
 	$(GO) run ./cmd/ankusa
@@ -35,3 +35,13 @@ test-quick:
 
 bench:
 	$(GO) run ./cmd/ankusa bench
+
+# The deterministic fault simulator (docs/testing.md, "Simulation"). make sim
+# runs the default 1000 schedules; SEED=n replays one schedule (twice: the
+# traces must match) and prints its trace; N=100000 runs long, from START
+# (default 1); EXCLUDE=a,b overrides the fault classes left out (EXCLUDE=
+# for none).
+SIM_FLAGS = $(if $(SEED),-sim.seed=$(SEED)) $(if $(N),-sim.n=$(N)) $(if $(START),-sim.start=$(START)) \
+	$(if $(filter command line,$(origin EXCLUDE)),-sim.exclude=$(EXCLUDE))
+sim:
+	$(GO) test -count=1 -timeout 0 -v -run '^TestSim$$' ./internal/sim $(SIM_FLAGS)

@@ -157,17 +157,22 @@ func (w *world) checkMarks(n *node) {
 		}
 		return true
 	})
+	// A record is missed by a replay from offset+1 when every copy of it
+	// sits at or below the offset and the store does not hold it.
 	earliest, _ := n.log.Earliest(context.Background())
-	recs := n.log.Records()
-	var onlyLog []int
-	for i, r := range recs {
-		pos := earliest + intake.Position(i)
-		if pos > off || r.Node != nodeID {
+	lastCopy := map[[16]byte]intake.Position{}
+	for i, r := range n.log.Records() {
+		if r.Node == nodeID {
+			lastCopy[r.ID] = earliest + intake.Position(i)
+		}
+	}
+	var missed [][16]byte
+	for id, pos := range lastCopy {
+		if pos > off {
 			continue
 		}
-		v, err := n.st.Get(store.HookIDKey(r.ID))
-		if err == nil && v == nil {
-			onlyLog = append(onlyLog, i)
+		if v, err := n.st.Get(store.HookIDKey(id)); err == nil && v == nil {
+			missed = append(missed, id)
 		}
 	}
 	w.mu.Lock()
@@ -178,9 +183,10 @@ func (w *world) checkMarks(n *node) {
 			break
 		}
 	}
-	for _, i := range onlyLog {
-		r := recs[i]
-		if w.delivered[r.ID] == nil && !w.excused[r.ID] {
+	for _, id := range missed {
+		// Only a record the node knows is in the log (confirmed) or that a
+		// provider was acked for counts: a lost confirm is unknowable.
+		if (w.confirmed[id] || w.acks[id] != nil) && w.delivered[id] == nil && !w.excused[id] {
 			w.violateLocked("4", "the offset passed a record that is only in the log")
 			break
 		}
@@ -217,8 +223,12 @@ func (w *world) undelivered(n *node) (reqs []int, why map[string]int) {
 				continue
 			case dv != nil && err == nil && dl.State == store.StateDue && dl.NextAtMs < nowMs-30_000:
 				reason = "stale due"
+			case dv == nil:
+				reason = "no delivery row"
+			case err != nil:
+				reason = "bad delivery row"
 			default:
-				reason = "other"
+				reason = fmt.Sprintf("state %d", dl.State)
 			}
 			break
 		}

@@ -123,6 +123,7 @@ type world struct {
 	trace     []traceEntry
 	acks      map[[16]byte]*ackInfo
 	landed    map[[16]byte]bool // in the log (confirmed or not)
+	confirmed map[[16]byte]bool // in the log, and the publisher was told so
 	dropped   map[[16]byte]bool // dropped by retention
 	excused   map[[16]byte]bool // lost in a gap an operator accepted
 	delivered map[[16]byte]map[string][32]byte
@@ -156,7 +157,7 @@ func newWorld(seed uint64, tmp string, exclude map[string]bool) *world {
 		seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
 		tmpDir: tmp, logDir: filepath.Join(tmp, "intake"),
 		disk: vfs.NewCrashableMem(), faults: &diskFaults{},
-		acks: map[[16]byte]*ackInfo{}, landed: map[[16]byte]bool{}, dropped: map[[16]byte]bool{},
+		acks: map[[16]byte]*ackInfo{}, landed: map[[16]byte]bool{}, confirmed: map[[16]byte]bool{}, dropped: map[[16]byte]bool{},
 		excused: map[[16]byte]bool{}, delivered: map[[16]byte]map[string][32]byte{},
 		seqID: map[uint64][16]byte{}, keys: map[string]*keyInfo{},
 		sinkFail: map[string]time.Time{}, sinkHang: map[string]time.Time{},
@@ -773,10 +774,9 @@ func (s *simIntake) PublishBatch(ctx context.Context, recs []intake.Record) (int
 		_, _ = s.Log.PublishBatch(context.Background(), recs)
 	}
 	w.mu.Lock()
-	if landed {
-		for _, r := range recs {
-			w.landed[r.ID] = true
-		}
+	for _, r := range recs {
+		w.landed[r.ID] = w.landed[r.ID] || landed
+		w.confirmed[r.ID] = w.confirmed[r.ID] || err == nil
 	}
 	if errors.Is(err, memory.ErrInjected) || delay > 0 || (landed && dup) {
 		w.injected.publish++
