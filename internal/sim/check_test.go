@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -179,7 +180,7 @@ func (w *world) checkMarks(n *node) {
 	defer w.mu.Unlock()
 	for _, h := range below {
 		if !w.landed[h.id] {
-			w.violateLocked("4", "the watermark passed a hook the log never got")
+			w.violateLocked("4", "the watermark passed a hook the log never got%s", w.debugMarks(n, h.seq, wms))
 			break
 		}
 	}
@@ -337,4 +338,11 @@ func (w *world) recoverOnce() (map[string][]byte, error) {
 		}
 	}
 	return rows, nil
+}
+
+func (w *world) debugMarks(n *node, seq uint64, wms []uint64) string {
+	if os.Getenv("SIM_DEBUG") == "" {
+		return ""
+	}
+	return fmt.Sprintf(" [seq %d marks %v attempted %d]", seq, wms, w.attempted[w.seqID[seq]])
 }

@@ -124,6 +124,7 @@ type world struct {
 	acks      map[[16]byte]*ackInfo
 	landed    map[[16]byte]bool // in the log (confirmed or not)
 	confirmed map[[16]byte]bool // in the log, and the publisher was told so
+	attempted map[[16]byte]int  // publishes tried (debugging)
 	dropped   map[[16]byte]bool // dropped by retention
 	excused   map[[16]byte]bool // lost in a gap an operator accepted
 	delivered map[[16]byte]map[string][32]byte
@@ -157,7 +158,7 @@ func newWorld(seed uint64, tmp string, exclude map[string]bool) *world {
 		seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
 		tmpDir: tmp, logDir: filepath.Join(tmp, "intake"),
 		disk: vfs.NewCrashableMem(), faults: &diskFaults{},
-		acks: map[[16]byte]*ackInfo{}, landed: map[[16]byte]bool{}, confirmed: map[[16]byte]bool{}, dropped: map[[16]byte]bool{},
+		acks: map[[16]byte]*ackInfo{}, landed: map[[16]byte]bool{}, confirmed: map[[16]byte]bool{}, attempted: map[[16]byte]int{}, dropped: map[[16]byte]bool{},
 		excused: map[[16]byte]bool{}, delivered: map[[16]byte]map[string][32]byte{},
 		seqID: map[uint64][16]byte{}, keys: map[string]*keyInfo{},
 		sinkFail: map[string]time.Time{}, sinkHang: map[string]time.Time{},
@@ -408,6 +409,20 @@ func (w *world) recover(n *node, restored bool) error {
 		needs = offset + 1
 	}
 	mustRefuse := origin != queue.OriginExisting && n.log.Last() >= 0 && earliest > needs
+	if os.Getenv("SIM_DEBUG") != "" {
+		wm := uint64(0)
+		if v, _ := n.st.Get(queue.KeyIntakeSeq); v != nil {
+			wm, _ = store.ParseU64(v)
+		}
+		var seqs []uint64
+		_ = n.st.Scan([]byte{store.PrefixHook}, []byte{store.PrefixHook + 1}, func(k, v []byte) bool {
+			if s, ok := store.ParseU64(k[1:]); ok {
+				seqs = append(seqs, s)
+			}
+			return true
+		})
+		w.tracef("debug: before recovery stored wm %d offset %d hooks %v", wm, offset, seqs)
+	}
 	ro := queue.RecoverOptions{Intake: n.in, Node: nodeID, Origin: origin, Resolve: w.route(n.nums), Logger: discard}
 	sum, err := queue.Recover(ctx, n.st, ro)
 	switch {
@@ -477,6 +492,11 @@ func (w *world) crash(kind string) {
 	n := w.current()
 	if n == nil {
 		return
+	}
+	if w.cfg.dual && !n.q.Stats().Fenced {
+		// Rule 4 at the instant of the cut: the marks the disk keeps are
+		// what the next boot's republish starts from.
+		w.checkMarks(n)
 	}
 	var clone *vfs.MemFS
 	switch kind {
@@ -775,6 +795,7 @@ func (s *simIntake) PublishBatch(ctx context.Context, recs []intake.Record) (int
 	}
 	w.mu.Lock()
 	for _, r := range recs {
+		w.attempted[r.ID]++
 		w.landed[r.ID] = w.landed[r.ID] || landed
 		w.confirmed[r.ID] = w.confirmed[r.ID] || err == nil
 	}
