@@ -224,6 +224,11 @@ func (w *world) undelivered(n *node) (reqs []int, why map[string]int) {
 				continue
 			case dv != nil && err == nil && dl.State == store.StateDue && dl.NextAtMs < nowMs-30_000:
 				reason = "stale due"
+				if os.Getenv("SIM_DEBUG") != "" {
+					dk, _ := n.st.Get(store.DueKey(dl.NextAtMs, seq, n.nums[store.SinkRef{Source: a.source, Sink: sk}]))
+					reason = fmt.Sprintf("stale due (seq %d durable %d due %dms ago, due key present %v, attempts %d)",
+						seq, n.q.Durable(), nowMs-dl.NextAtMs, dk != nil, dl.Attempts)
+				}
 			case dv == nil:
 				reason = "no delivery row"
 			case err != nil:

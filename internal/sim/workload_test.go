@@ -108,6 +108,11 @@ func (w *world) record(r request, n *node) *queue.Record {
 // attempts, with the retries a provider makes.
 func (w *world) client(r request, crng *rand.Rand) {
 	defer w.clients.Done()
+	// Every wake of a provider lands on an instant of its own (a seeded
+	// offset under a millisecond): two goroutines woken at one instant run
+	// in the scheduler's order, which a replay need not repeat.
+	sleep := func(d time.Duration) { time.Sleep(d + time.Duration(1+crng.IntN(999))*time.Microsecond) }
+	sleep(0)
 	for att := 1; att <= 6; att++ {
 		if w.isStopping() {
 			return
@@ -115,7 +120,7 @@ func (w *world) client(r request, crng *rand.Rand) {
 		n := w.current()
 		if n == nil {
 			w.tracef("req %d att %d: connection refused (node down)", r.n, att)
-			time.Sleep(time.Second)
+			sleep(time.Second)
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -125,14 +130,14 @@ func (w *world) client(r request, crng *rand.Rand) {
 			// The process died before the answer left: the provider sees a
 			// dropped connection, whatever the queue decided.
 			w.tracef("req %d att %d: connection dropped", r.n, att)
-			time.Sleep(time.Duration(1000+crng.IntN(2000)) * time.Millisecond)
+			sleep(time.Duration(1000+crng.IntN(2000)) * time.Millisecond)
 			continue
 		}
 		if err == nil {
 			w.onAck(r, att, res, n)
 			if crng.IntN(8) == 0 {
 				// The 201 was lost on the way back: the provider retries.
-				time.Sleep(time.Duration(500+crng.IntN(2000)) * time.Millisecond)
+				sleep(time.Duration(500+crng.IntN(2000)) * time.Millisecond)
 				continue
 			}
 			return
@@ -142,7 +147,7 @@ func (w *world) client(r request, crng *rand.Rand) {
 		if errors.Is(err, queue.ErrIntakePending) {
 			wait = time.Second // Retry-After: 1
 		}
-		time.Sleep(wait)
+		sleep(wait)
 	}
 }
 

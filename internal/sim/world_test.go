@@ -336,7 +336,9 @@ func (w *world) boot() error {
 	}
 	var d *dispatch.Dispatcher
 	qo := queue.Options{
-		Partitions: 2, MaxBatch: 8, MaxDelay: 2 * time.Millisecond, MaxQueue: 2000,
+		// One partition: a group's records are then in arrival order, and
+		// which of two same-key records is the original repeats in a replay.
+		Partitions: 1, MaxBatch: 8, MaxDelay: 2 * time.Millisecond, MaxQueue: 2000,
 		FenceRetry: 200 * time.Millisecond, Logger: discard,
 		OnDurable: func() { d.Wake() },
 		OnFatal:   func(error) { n.fatal.Store(true) },
