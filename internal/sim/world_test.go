@@ -122,11 +122,11 @@ type world struct {
 	stopping  bool
 	trace     []traceEntry
 	acks      map[[16]byte]*ackInfo
-	landed    map[[16]byte]bool // in the log (confirmed or not)
-	confirmed map[[16]byte]bool // in the log, and the publisher was told so
-	attempted map[[16]byte]int  // publishes tried (debugging)
-	dropped   map[[16]byte]bool // dropped by retention
-	excused   map[[16]byte]bool // lost in a gap an operator accepted
+	landed    map[[16]byte]bool            // in the log (confirmed or not)
+	confirmed map[[16]byte]bool            // in the log, and the publisher was told so
+	attempted map[[16]byte]int             // publishes tried (debugging)
+	dropped   map[[16]byte]intake.Position // dropped by retention: the id's last dropped position
+	excused   map[[16]byte]bool            // lost in a gap an operator accepted
 	delivered map[[16]byte]map[string][32]byte
 	seqID     map[uint64][16]byte
 	keys      map[string]*keyInfo
@@ -158,7 +158,7 @@ func newWorld(seed uint64, tmp string, exclude map[string]bool) *world {
 		seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
 		tmpDir: tmp, logDir: filepath.Join(tmp, "intake"),
 		disk: vfs.NewCrashableMem(), faults: &diskFaults{},
-		acks: map[[16]byte]*ackInfo{}, landed: map[[16]byte]bool{}, confirmed: map[[16]byte]bool{}, attempted: map[[16]byte]int{}, dropped: map[[16]byte]bool{},
+		acks: map[[16]byte]*ackInfo{}, landed: map[[16]byte]bool{}, confirmed: map[[16]byte]bool{}, attempted: map[[16]byte]int{}, dropped: map[[16]byte]intake.Position{},
 		excused: map[[16]byte]bool{}, delivered: map[[16]byte]map[string][32]byte{},
 		seqID: map[uint64][16]byte{}, keys: map[string]*keyInfo{},
 		sinkFail: map[string]time.Time{}, sinkHang: map[string]time.Time{},
@@ -410,7 +410,25 @@ func (w *world) recover(n *node, restored bool) error {
 	if hasOffset {
 		needs = offset + 1
 	}
-	mustRefuse := origin != queue.OriginExisting && n.log.Last() >= 0 && earliest > needs
+	// ADR section 8: a fresh store over this node's log truncated at all is
+	// refused. A restored one is owed a refusal at least where a record it
+	// needs is gone and held a hook the store lacks and no sink has (the
+	// loss the refusal is there to stop; the recovery's own test is by
+	// seq, so that it also works on logs shared by several nodes).
+	mustRefuse := origin == queue.OriginFresh && n.log.Last() >= 0 && earliest > 0
+	if origin == queue.OriginRestored && earliest > needs {
+		w.mu.Lock()
+		for id, pos := range w.dropped {
+			if pos < needs || w.delivered[id] != nil {
+				continue
+			}
+			if v, err := n.st.Get(store.HookIDKey(id)); err == nil && v == nil {
+				mustRefuse = true
+				break
+			}
+		}
+		w.mu.Unlock()
+	}
 	if os.Getenv("SIM_DEBUG") != "" {
 		wm := uint64(0)
 		if v, _ := n.st.Get(queue.KeyIntakeSeq); v != nil {
@@ -429,7 +447,7 @@ func (w *world) recover(n *node, restored bool) error {
 	sum, err := queue.Recover(ctx, n.st, ro)
 	switch {
 	case errors.Is(err, queue.ErrIntakeTruncated):
-		if !mustRefuse {
+		if earliest <= needs {
 			w.violate("C", "recovery refused a log that reaches back far enough (earliest %d, needs %d)", earliest, needs)
 		}
 		w.tracef("recovery refused: intake_truncated (earliest %d, needs %d); operator accepts the gap", earliest, needs)
@@ -737,8 +755,8 @@ func (w *world) retain() {
 	}
 	w.mu.Lock()
 	for i, r := range recs {
-		if earliest+intake.Position(i) <= upto {
-			w.dropped[r.ID] = true
+		if pos := earliest + intake.Position(i); pos <= upto && r.Node == nodeID {
+			w.dropped[r.ID] = max(w.dropped[r.ID], pos)
 		}
 	}
 	w.tracefLocked("retention drops the log up to %d", upto)
