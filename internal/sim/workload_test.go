@@ -239,9 +239,12 @@ func (w *world) onAck(r request, att int, res queue.Result, n *node) {
 			// key and the retry may become a second hook.
 			ki.sanctioned = true
 		}
-		gap := false
+		// Sanctioned too: every id named so far is lost in an accepted gap,
+		// or (dual) its log half never landed — the stuck half of ADR
+		// section 3, which a host loss can end before the deadline does.
+		gap := len(ki.named) > 0
 		for id := range ki.named {
-			gap = gap || w.excused[id]
+			gap = gap && (w.excused[id] || (w.cfg.dual && !w.landed[id]))
 		}
 		if len(ki.named) > 0 && !ki.named[res.ID] && !ki.sanctioned && !gap {
 			w.violateLocked("3", "req %d: dedupe key %s answered with a second hook id", r.n, r.scope())
