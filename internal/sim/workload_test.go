@@ -77,6 +77,7 @@ func (w *world) newRequest() request {
 func (w *world) submitBurst(k int) {
 	for range k {
 		r := w.newRequest()
+		w.tracef("req %d starts: %s %s key=%q poison=%v", r.n, r.tenant, r.source, r.key, r.poison)
 		crng := rand.New(rand.NewPCG(w.seed^0xc11e, uint64(r.n)))
 		w.clients.Add(1)
 		go w.client(r, crng)
