@@ -9,7 +9,7 @@ COMMIT  ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 OUT     ?= bin/ankusa
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: run test test-quick vet build bench drill-fleet
+.PHONY: run test test-quick vet build bench drill-fleet sim
 
 run:
 	$(GO) run ./cmd/ankusa
@@ -44,3 +44,12 @@ PHASE_MS ?= 6000
 RATE ?= 150
 drill-fleet:
 	ANKUSA_DRILL_PHASE_MS=$(PHASE_MS) ANKUSA_DRILL_RATE=$(RATE) $(GO) test -count=1 -v -timeout 30m -run TestFleetDrill ./test/fleet
+# The deterministic fault simulator (docs/testing.md, "Simulation"). make sim
+# runs the default 1000 schedules; SEED=n replays one schedule (twice: the
+# traces must match) and prints its trace; N=100000 runs long, from START
+# (default 1); EXCLUDE=a,b overrides the fault classes left out (EXCLUDE=
+# for none).
+SIM_FLAGS = $(if $(SEED),-sim.seed=$(SEED)) $(if $(N),-sim.n=$(N)) $(if $(START),-sim.start=$(START)) \
+	$(if $(filter command line,$(origin EXCLUDE)),-sim.exclude=$(EXCLUDE))
+sim:
+	$(GO) test -count=1 -timeout 0 -v -run '^TestSim$$' ./internal/sim $(SIM_FLAGS)

@@ -23,7 +23,11 @@ echo "== deploy/ (helm, kubeconform, promtool, systemd-analyze)"
 eval "$(./scripts/tools.sh)"
 
 echo "== go test (all packages, long drills included)"
-go test -count=1 -timeout 10m ./...
+# The simulator runs on its own below, so that its one line is printed.
+go test -count=1 -timeout 10m $(go list ./... | grep -v '/internal/sim$')
+
+echo "== fault simulator (docs/testing.md, Simulation)"
+go test -count=1 -timeout 10m -v -run '^TestSim$' ./internal/sim
 
 # The providers' official libraries as oracles (stripe-go, standard-webhooks,
 # svix, twilio-go, slack-go, go-github): a module of its own, so they never

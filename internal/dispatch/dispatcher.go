@@ -156,6 +156,10 @@ type Dispatcher struct {
 	// owned by the run goroutine
 	inflight      int
 	inflightBytes int64
+	// unrecorded holds finished attempts whose outcome write failed (the
+	// store was failing): they are recorded again at the next loop turn.
+	// Their rows stay inflight meanwhile, so no scan claims them twice.
+	unrecorded []result
 	// low is the due-scan cursor (ms): the scan starts there, skipping the
 	// tombstones of claimed rows below it. Invariant D1: no due row the
 	// scan has not seen lies below it. New hooks keep it (the writer's due
@@ -296,6 +300,10 @@ func (d *Dispatcher) run(ctx context.Context) {
 	sweepTick := time.NewTicker(d.o.SweepInterval)
 	defer sweepTick.Stop()
 	for {
+		if rs := d.unrecorded; len(rs) > 0 {
+			d.unrecorded = nil
+			d.record(rs)
+		}
 		next := d.scanAndClaim(ctx)
 		wait := d.o.Poll
 		if !next.IsZero() {

@@ -126,9 +126,17 @@ func (d *Dispatcher) record(rs []result) {
 	d.inflightGauge.Store(int64(d.inflight))
 	hooks, rows, kept, keptBytes := d.reclaim(b, nowMs, delivered, done)
 	if err := d.st.Apply(b); err != nil {
-		// The rows stay inflight in the store; the next start returns them
-		// to due. Nothing is dropped, at worst delivered again.
-		d.log.Error("recording delivery outcomes failed", "rows", len(rs), "err", err)
+		// The rows stay inflight in the store and the attempts are kept, to
+		// be recorded again at the next loop turn: a row left inflight is
+		// claimed by nobody until a restart, so dropping these results
+		// would leave the hook undelivered for the life of the process.
+		d.log.Error("recording delivery outcomes failed; retrying", "rows", len(rs), "err", err)
+		for _, r := range rs {
+			d.inflight++
+			d.inflightBytes += r.c.size
+		}
+		d.inflightGauge.Store(int64(d.inflight))
+		d.unrecorded = append(d.unrecorded, rs...)
 		return
 	}
 	if d.afterOutcome != nil {

@@ -188,6 +188,17 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 		for _, c := range claims {
 			d.inflight--
 			d.inflightBytes -= c.size
+			if br := d.breakers[c.num]; br != nil && br.halfOpen(now) {
+				// The probe this scan chose never started: without this the
+				// sink's breaker waits for its result for ever and none of
+				// its rows is claimed again (found by the simulator).
+				br.probing = false
+			}
+		}
+		// Their due rows are still there: the cursor must not pass them, or
+		// they wait for the next restart (found by the simulator).
+		for _, c := range picked {
+			d.lower(&low, c.at)
 		}
 		return now.Add(d.o.Poll)
 	}

@@ -79,7 +79,8 @@ func (s *Store) NewBatch() *Batch {
 
 // lowerDueFloor keeps the due floor at or below at. Called after an apply
 // made a due row at at visible, never before: a scan that took the floor
-// and still missed the row then finds it in the floor next time.
+// and still missed the row then finds it in the floor next time. A failed
+// apply calls it too: its rows may be back after the fence's reopen.
 func (s *Store) lowerDueFloor(at int64) {
 	for {
 		cur := s.dueFloor.Load()

@@ -107,7 +107,10 @@ func TestBatch_DueFloorTracksTheEarliestDueRowApplied(t *testing.T) {
 		t.Fatal("apply through a failed fsync succeeded")
 	}
 	_ = b.Close()
-	if at, ok := st.TakeDueFloor(); ok {
-		t.Fatalf("a failed apply lowered the floor to %d", at)
+	// A failed apply lowers it too: a batch whose WAL sync failed may still
+	// have reached the log file, and after the fence's reopen its due rows
+	// are back (found by internal/sim). A floor too low costs one scan.
+	if at, ok := st.TakeDueFloor(); !ok || at != 100 {
+		t.Fatalf("after a failed apply the floor = %d %v, want 100", at, ok)
 	}
 }
