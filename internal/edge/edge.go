@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -245,10 +246,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, errBudget) {
 			// Refused before the body is read (declared length) or as soon
 			// as it stops fitting (chunked): the provider retries later.
-			// Connection: close keeps the server from reading the rest of
-			// an unadmitted body before it answers.
-			w.Header().Set("Connection", "close")
-			h.unavailable(w, start, src.ID, "overload", h.o.RetryAfterSecs)
+			h.refuseUnread(w, r, start, src.ID)
 			return
 		}
 		if errors.As(err, &mbe) {
@@ -391,6 +389,27 @@ func verifyRequest(v verify.Verifier, r *http.Request, body []byte, now time.Tim
 		return uv.VerifyURL(r.Header, r.URL.RawQuery, body, now)
 	}
 	return v.Verify(r.Header, body, now)
+}
+
+// overloadBody is what writeJSON writes for {"error":"overload"}.
+const overloadBody = `{"error":"overload"}` + "\n"
+
+// refuseUnread answers 503 overload to a request whose body was not
+// admitted, then reads the rest of that body into nothing (at most
+// MaxBodyBytes, within the server's read timeout): the answer goes out at
+// once, and the client, still sending, reads it instead of having its
+// connection reset under it. Nothing is held: the body is never kept.
+func (h *Handler) refuseUnread(w http.ResponseWriter, r *http.Request, start time.Time, label string) {
+	rc := http.NewResponseController(w)
+	duplex := rc.EnableFullDuplex() == nil
+	// A length, so the answer is complete when flushed, not when the
+	// discard below ends.
+	w.Header().Set("Content-Length", strconv.Itoa(len(overloadBody)))
+	w.Header().Set("Connection", "close")
+	h.unavailable(w, start, label, "overload", h.o.RetryAfterSecs)
+	if duplex && rc.Flush() == nil {
+		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
+	}
 }
 
 func (h *Handler) tooLarge(w http.ResponseWriter, start time.Time, label string) {
