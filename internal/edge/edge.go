@@ -69,6 +69,9 @@ type Source struct {
 	// Handshake is the provider handshake the catch URL answers, nil for
 	// none (handshake.go).
 	Handshake *Handshake
+	// Tenants, when not empty, are the only tenants an unbound source
+	// answers under tenant_path (sources.<id>.tenants).
+	Tenants map[string]bool
 }
 
 // Quarantine is the durable pen for hooks that failed verification under
@@ -167,6 +170,12 @@ func SourcesFromConfig(c *config.Config, sinkNums map[store.SinkRef]uint16) (map
 	for id, sc := range c.Sources {
 		s := &Source{ID: id, Tenant: sc.Tenant, Dedupe: dedupe.New(sc.Dedupe), OnFailure: sc.VerifyFailurePolicy(),
 			Handshake: newHandshake(sc)}
+		if len(sc.Tenants) > 0 {
+			s.Tenants = make(map[string]bool, len(sc.Tenants))
+			for _, t := range sc.Tenants {
+				s.Tenants[t] = true
+			}
+		}
 		if sc.Verify.Type != "" && sc.Verify.Type != "none" {
 			v, err := verify.New(sc.Verify.Spec())
 			if err != nil {
@@ -238,6 +247,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, start, src.ID, http.StatusBadRequest, "invalid_header", map[string]any{"error": "invalid_header", "header": bad})
 		return
 	}
+	// A source bound to a tenant answers only its own tenant's URL, and one
+	// with an allowlist only the listed tenants: refused before the body
+	// is read.
+	if !tenantMatches(tenant, src) {
+		h.reject(w, start, unknownSourceLabel, http.StatusNotFound, "unknown_source", map[string]any{"error": "unknown_source"})
+		return
+	}
 	var held int64
 	defer func() { h.o.Budget.Release(held) }()
 	body, err := readBody(w, r, h.o.Budget, h.o.MaxBodyBytes, &held)
@@ -254,11 +270,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.reject(w, start, src.ID, http.StatusBadRequest, "body_read_failed", map[string]any{"error": "body_read_failed"})
-		return
-	}
-	// A source bound to a tenant answers only its own tenant's URL.
-	if !tenantMatches(tenant, src) {
-		h.reject(w, start, unknownSourceLabel, http.StatusNotFound, "unknown_source", map[string]any{"error": "unknown_source"})
 		return
 	}
 	// fromURL: the tenant is request input (tenant_path, unbound source).
@@ -377,9 +388,18 @@ func (h *Handler) limitKey(tenant string, src *Source, fromURL bool) string {
 }
 
 // tenantMatches: a source bound to a tenant answers only its own tenant's
-// URL (tenant is the URL's, "" under path routing).
+// URL, and an unbound one with an allowlist (sources.<id>.tenants) only the
+// listed tenants (tenant is the URL's, "" under path routing).
 func tenantMatches(tenant string, src *Source) bool {
-	return tenant == "" || src.Tenant == "" || tenant == src.Tenant
+	switch {
+	case tenant == "":
+		return true
+	case src.Tenant != "":
+		return tenant == src.Tenant
+	case len(src.Tenants) > 0:
+		return src.Tenants[tenant]
+	}
+	return true
 }
 
 // verifyRequest runs v on r; a scheme that signs the URL (Twilio, a
