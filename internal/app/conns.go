@@ -55,7 +55,7 @@ const baseMemory = 256 << 20
 // budget); each is counted twice because a record is copied into the
 // store's batch, which Pebble keeps whole until flushed when it outgrows
 // half a memtable. Measured at the defaults (1 344 MiB): 300 × 7.5 MB and
-// 2 000 × 1 MB concurrent uploads peaked at about 1.15 GiB RSS. The binary
+// 2 000 × 1 MB concurrent uploads peaked at 974–1 234 MiB RSS. The binary
 // sets it as the Go runtime's soft memory limit unless GOMEMLIMIT is set.
 func MemoryCeiling(cfg *config.Config) int64 {
 	return 2*(cfg.HTTP.MaxInflightBodyBytes+cfg.Batcher.MaxQueueBytes) + cfg.Dispatch.MaxInflightBytes + baseMemory

@@ -61,6 +61,7 @@ func shownInClear() []string {
 		"fleet.redis.url", // shown without its password (redactURL)
 		"fleet.key_prefix",
 		"sources.*.tenant",
+		"sources.*.tenants[]",
 		"sources.*.verify.type",
 		// The scheme's shape: header names, templates, enums. Only the
 		// secret (not listed) is hidden.

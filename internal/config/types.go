@@ -387,8 +387,11 @@ type DedupeConfig struct {
 // SourceConfig is one catch URL.
 type SourceConfig struct {
 	// Tenant is used when the URL names none. Default "" (then "default").
-	Tenant string       `yaml:"tenant" json:"tenant"`
-	Verify VerifyConfig `yaml:"verify" json:"verify"`
+	Tenant string `yaml:"tenant" json:"tenant"`
+	// Tenants, for a source without Tenant under http.routing tenant_path,
+	// lists the only tenants its URL may name; empty: any.
+	Tenants []string     `yaml:"tenants" json:"tenants,omitempty"`
+	Verify  VerifyConfig `yaml:"verify" json:"verify"`
 	// OnVerifyFailure: reject (default; 401, nothing stored) | quarantine
 	// (202, held in the quarantine pen) | accept_flag (committed with
 	// flagged: true, no dedupe key). "" means reject (for configs built in

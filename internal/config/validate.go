@@ -187,6 +187,24 @@ func (c *Config) validateSources(v *validator) {
 		if s.Tenant != "" && !sourceIDRE.MatchString(s.Tenant) {
 			v.add(p+".tenant", "must match [A-Za-z0-9_-]{1,64}, got %q", s.Tenant)
 		}
+		if len(s.Tenants) > 0 {
+			switch {
+			case s.Tenant != "":
+				v.add(p+".tenants", "must be empty when tenant is set (a bound source answers its tenant only)")
+			case c.HTTP.Routing != "tenant_path":
+				v.add(p+".tenants", "applies only with http.routing: tenant_path, got routing %q", c.HTTP.Routing)
+			}
+			seenT := map[string]bool{}
+			for i, t := range s.Tenants {
+				switch {
+				case !tenantIDRE.MatchString(t):
+					v.add(fmt.Sprintf("%s.tenants[%d]", p, i), "must match [A-Za-z0-9_-]{1,64}, got %q", t)
+				case seenT[t]:
+					v.add(fmt.Sprintf("%s.tenants[%d]", p, i), "duplicate tenant %q", t)
+				}
+				seenT[t] = true
+			}
+		}
 
 		validateSourceVerify(v, p, s)
 

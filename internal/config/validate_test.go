@@ -163,6 +163,24 @@ func TestRules(t *testing.T) {
 		{"source id 64", func(c *config.Config) { c.Sources[strings.Repeat("A", 64)] = c.Sources["demo"] }, "", ""},
 		{"tenant ok", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Tenant = "Acme_1" }) }, "", ""},
 		{"tenant bad", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Tenant = "acme/1" }) }, "sources.demo.tenant", "must match"},
+		{"tenants ok", func(c *config.Config) {
+			c.HTTP.Routing = "tenant_path"
+			src(c, func(s *config.SourceConfig) { s.Tenants = []string{"acme", "globex"} })
+		}, "", ""},
+		{"tenants under path routing", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Tenants = []string{"acme"} }) },
+			"sources.demo.tenants", "applies only with http.routing: tenant_path"},
+		{"tenants with tenant", func(c *config.Config) {
+			c.HTTP.Routing = "tenant_path"
+			src(c, func(s *config.SourceConfig) { s.Tenant, s.Tenants = "acme", []string{"acme"} })
+		}, "sources.demo.tenants", "must be empty when tenant is set"},
+		{"tenants bad id", func(c *config.Config) {
+			c.HTTP.Routing = "tenant_path"
+			src(c, func(s *config.SourceConfig) { s.Tenants = []string{"acme", "a b"} })
+		}, "sources.demo.tenants[1]", "must match"},
+		{"tenants duplicate", func(c *config.Config) {
+			c.HTTP.Routing = "tenant_path"
+			src(c, func(s *config.SourceConfig) { s.Tenants = []string{"acme", "acme"} })
+		}, "sources.demo.tenants[1]", `duplicate tenant "acme"`},
 		{"no sources", func(c *config.Config) { c.Sources = nil }, "sources", "at least one source is required"},
 		{"no sinks", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Sinks = nil }) }, "sources.demo.sinks", "at least one sink is required"},
 		{"sink id bad", func(c *config.Config) { src(c, func(s *config.SourceConfig) { s.Sinks[0].ID = "Log" }) }, "sources.demo.sinks[0].id", `must match [a-z0-9_-]{1,32}, got "Log"`},

@@ -67,7 +67,8 @@ func isOverload(resp *http.Response) bool {
 }
 
 // A declared body that does not fit in what is left of the budget is
-// refused before a byte of it is sent; once the holder is answered, the
+// refused before a byte of it is sent (the answer comes while the client
+// would still be sending); once the holder is answered, the
 // budget is back and the same upload is accepted.
 func TestEdge_BodyBudgetRefusesDeclaredBodyUpFront(t *testing.T) {
 	addr, b := budgetServer(t, 1000, 1500)
@@ -80,6 +81,7 @@ func TestEdge_BodyBudgetRefusesDeclaredBodyUpFront(t *testing.T) {
 	if resp := readStatus(t, obr, other); !isOverload(resp) {
 		t.Fatalf("second upload over the budget: %d %q, want 503 overload with Retry-After", resp.StatusCode, resp.Header.Get("X-Test-Body"))
 	}
+	_ = other.Close() // the provider gives up the body it was refused
 
 	write(t, holder, strings.Repeat("a", 990))
 	if resp := readStatus(t, hbr, holder); resp.StatusCode != http.StatusCreated {
@@ -114,6 +116,7 @@ func TestEdge_BodyBudgetCountsChunkedBodies(t *testing.T) {
 	if resp := readStatus(t, cbr, chunked); !isOverload(resp) {
 		t.Fatalf("chunked body outgrowing the budget after %d bytes: %d %q, want 503 overload", sent, resp.StatusCode, resp.Header.Get("X-Test-Body"))
 	}
+	_ = chunked.Close()
 	if u := b.Used(); u > 150_000 {
 		t.Fatalf("budget used = %d, over its 150000", u)
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -68,6 +69,9 @@ type Source struct {
 	// Handshake is the provider handshake the catch URL answers, nil for
 	// none (handshake.go).
 	Handshake *Handshake
+	// Tenants, when not empty, are the only tenants an unbound source
+	// answers under tenant_path (sources.<id>.tenants).
+	Tenants map[string]bool
 }
 
 // Quarantine is the durable pen for hooks that failed verification under
@@ -166,6 +170,12 @@ func SourcesFromConfig(c *config.Config, sinkNums map[store.SinkRef]uint16) (map
 	for id, sc := range c.Sources {
 		s := &Source{ID: id, Tenant: sc.Tenant, Dedupe: dedupe.New(sc.Dedupe), OnFailure: sc.VerifyFailurePolicy(),
 			Handshake: newHandshake(sc)}
+		if len(sc.Tenants) > 0 {
+			s.Tenants = make(map[string]bool, len(sc.Tenants))
+			for _, t := range sc.Tenants {
+				s.Tenants[t] = true
+			}
+		}
 		if sc.Verify.Type != "" && sc.Verify.Type != "none" {
 			v, err := verify.New(sc.Verify.Spec())
 			if err != nil {
@@ -237,6 +247,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, start, src.ID, http.StatusBadRequest, "invalid_header", map[string]any{"error": "invalid_header", "header": bad})
 		return
 	}
+	// A source bound to a tenant answers only its own tenant's URL, and one
+	// with an allowlist only the listed tenants: refused before the body
+	// is read.
+	if !tenantMatches(tenant, src) {
+		h.reject(w, start, unknownSourceLabel, http.StatusNotFound, "unknown_source", map[string]any{"error": "unknown_source"})
+		return
+	}
 	var held int64
 	defer func() { h.o.Budget.Release(held) }()
 	body, err := readBody(w, r, h.o.Budget, h.o.MaxBodyBytes, &held)
@@ -245,10 +262,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, errBudget) {
 			// Refused before the body is read (declared length) or as soon
 			// as it stops fitting (chunked): the provider retries later.
-			// Connection: close keeps the server from reading the rest of
-			// an unadmitted body before it answers.
-			w.Header().Set("Connection", "close")
-			h.unavailable(w, start, src.ID, "overload", h.o.RetryAfterSecs)
+			h.refuseUnread(w, r, start, src.ID)
 			return
 		}
 		if errors.As(err, &mbe) {
@@ -256,11 +270,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.reject(w, start, src.ID, http.StatusBadRequest, "body_read_failed", map[string]any{"error": "body_read_failed"})
-		return
-	}
-	// A source bound to a tenant answers only its own tenant's URL.
-	if !tenantMatches(tenant, src) {
-		h.reject(w, start, unknownSourceLabel, http.StatusNotFound, "unknown_source", map[string]any{"error": "unknown_source"})
 		return
 	}
 	// fromURL: the tenant is request input (tenant_path, unbound source).
@@ -379,9 +388,18 @@ func (h *Handler) limitKey(tenant string, src *Source, fromURL bool) string {
 }
 
 // tenantMatches: a source bound to a tenant answers only its own tenant's
-// URL (tenant is the URL's, "" under path routing).
+// URL, and an unbound one with an allowlist (sources.<id>.tenants) only the
+// listed tenants (tenant is the URL's, "" under path routing).
 func tenantMatches(tenant string, src *Source) bool {
-	return tenant == "" || src.Tenant == "" || tenant == src.Tenant
+	switch {
+	case tenant == "":
+		return true
+	case src.Tenant != "":
+		return tenant == src.Tenant
+	case len(src.Tenants) > 0:
+		return src.Tenants[tenant]
+	}
+	return true
 }
 
 // verifyRequest runs v on r; a scheme that signs the URL (Twilio, a
@@ -391,6 +409,27 @@ func verifyRequest(v verify.Verifier, r *http.Request, body []byte, now time.Tim
 		return uv.VerifyURL(r.Header, r.URL.RawQuery, body, now)
 	}
 	return v.Verify(r.Header, body, now)
+}
+
+// overloadBody is what writeJSON writes for {"error":"overload"}.
+const overloadBody = `{"error":"overload"}` + "\n"
+
+// refuseUnread answers 503 overload to a request whose body was not
+// admitted, then reads the rest of that body into nothing (at most
+// MaxBodyBytes, within the server's read timeout): the answer goes out at
+// once, and the client, still sending, reads it instead of having its
+// connection reset under it. Nothing is held: the body is never kept.
+func (h *Handler) refuseUnread(w http.ResponseWriter, r *http.Request, start time.Time, label string) {
+	rc := http.NewResponseController(w)
+	duplex := rc.EnableFullDuplex() == nil
+	// A length, so the answer is complete when flushed, not when the
+	// discard below ends.
+	w.Header().Set("Content-Length", strconv.Itoa(len(overloadBody)))
+	w.Header().Set("Connection", "close")
+	h.unavailable(w, start, label, "overload", h.o.RetryAfterSecs)
+	if duplex && rc.Flush() == nil {
+		_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes))
+	}
 }
 
 func (h *Handler) tooLarge(w http.ResponseWriter, start time.Time, label string) {

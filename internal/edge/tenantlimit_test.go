@@ -57,3 +57,29 @@ func TestEdge_UnlistedTenantsShareTheSourcesBucket(t *testing.T) {
 		t.Fatalf("acme past its burst: %d, want 429", code)
 	}
 }
+
+// sources.<id>.tenants lists the tenants an unbound source answers under
+// tenant_path: any other tenant in the URL is 404 unknown_source, refused
+// before its body is read.
+func TestEdge_TenantAllowlist(t *testing.T) {
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	h := edge.New(edge.Options{
+		Routing: "tenant_path", Prefix: "/webhooks", MaxBodyBytes: 1000,
+		Sources: edge.NewRegistry(map[string]*edge.Source{"demo": {ID: "demo", Sinks: []queue.SinkRef{{Num: 0, ID: "log"}},
+			Tenants: map[string]bool{"acme": true, "globex": true}}}),
+		Committer: q, Observer: nopObserver{}, Logger: testutil.Logger(t),
+	})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	for tenant, want := range map[string]int{"acme": 201, "globex": 201, "initech": 404, "t042": 404} {
+		resp, err := http.Post(srv.URL+"/webhooks/"+tenant+"/demo", "text/plain", strings.NewReader("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("tenant %s: %d, want %d", tenant, resp.StatusCode, want)
+		}
+	}
+}
