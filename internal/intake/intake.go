@@ -107,6 +107,25 @@ func ClassOf(err error) (Class, time.Duration) {
 	return Unavailable, 0
 }
 
+// IsTransient reports whether err is a classified log outage (Unavailable
+// or Throttled) and, for Throttled, how long the log asked the caller to
+// wait. Unlike ClassOf it never assumes: an unclassified error (a store
+// failure, a bug) is not transient, so a caller that retries on it alone
+// cannot mistake its own failure for the log's and retry it forever.
+func IsTransient(err error) (bool, time.Duration) {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false, 0
+	}
+	switch e.Class {
+	case Unavailable:
+		return true, 0
+	case Throttled:
+		return true, e.RetryAfter
+	}
+	return false, 0
+}
+
 // Intake is one node's view of the replicated intake log.
 type Intake interface {
 	// PublishBatch appends recs (in order) and returns the position of the

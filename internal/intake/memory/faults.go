@@ -14,7 +14,7 @@ import (
 
 var (
 	// ErrInjected is wrapped by every failure a fault injection produces
-	// (FailNext, TimeoutAfterAppendNext).
+	// (FailNext, FailEarliestNext, FailReplayNext, TimeoutAfterAppendNext).
 	ErrInjected = errors.New("injected fault")
 	// ErrAckLost is wrapped by the error of a PublishBatch whose records
 	// were appended and fsynced but whose confirm did not reach the caller
@@ -26,11 +26,15 @@ var (
 // FailNext. FailNextError injects any other value.
 const DefaultThrottle = 100 * time.Millisecond
 
-// faults holds the injected behaviour of PublishBatch. Its methods are safe
-// for concurrent use and never wait on an append in progress.
+// faults holds the injected behaviour of PublishBatch, Earliest and
+// Replay. Its methods are safe for concurrent use and never wait on an
+// append in progress.
 type faults struct {
 	mu       sync.Mutex
 	fail     []error       // FIFO, one entry per PublishBatch call to fail
+	earliest []error       // FIFO, one entry per Earliest call to fail
+	replay   []error       // FIFO, one entry per Replay call to fail
+	reads    int           // Earliest and Replay calls failed by injection
 	lostAcks int           // appends whose ack is lost
 	hang     chan struct{} // non-nil while hung; closed by unhang
 	hung     int           // calls blocked in waitHang
@@ -57,6 +61,34 @@ func (f *faults) takeFailure() error {
 	return err
 }
 
+// failReads queues n failures on q (&f.earliest or &f.replay).
+func (f *faults) failReads(q *[]error, n int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for range n {
+		*q = append(*q, err)
+	}
+}
+
+// takeRead pops the next injected failure of q, or returns nil.
+func (f *faults) takeRead(q *[]error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(*q) == 0 {
+		return nil
+	}
+	err := (*q)[0]
+	*q = (*q)[1:]
+	f.reads++
+	return err
+}
+
+func (f *faults) readFailures() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads
+}
+
 func (f *faults) loseAcks(n int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -77,6 +109,7 @@ func (f *faults) takeLostAck() bool {
 func (f *faults) clear() {
 	f.mu.Lock()
 	f.fail = nil
+	f.earliest, f.replay = nil, nil
 	f.lostAcks = 0
 	f.mu.Unlock()
 	f.unhang()
@@ -170,17 +203,40 @@ func (l *Log) SetConfirmLatency(d time.Duration) { l.latency.Store(int64(max(d, 
 // c, wrapping ErrInjected, without appending anything. A Throttled failure
 // carries RetryAfter DefaultThrottle. Calls queue: FailNext(1, Unavailable)
 // then FailNext(1, Permanent) fails one call of each, in that order.
-func (l *Log) FailNext(n int, c intake.Class) {
-	e := &intake.Error{Class: c, Err: ErrInjected}
-	if c == intake.Throttled {
-		e.RetryAfter = DefaultThrottle
-	}
-	l.faults.failNext(n, e)
-}
+func (l *Log) FailNext(n int, c intake.Class) { l.faults.failNext(n, injected(c)) }
 
 // FailNextError is FailNext with the exact error to return (for example an
 // *intake.Error with a chosen RetryAfter, or an unclassified error).
 func (l *Log) FailNextError(n int, err error) { l.faults.failNext(n, err) }
+
+// injected is the classified error FailNext and the read faults return.
+func injected(c intake.Class) error {
+	e := &intake.Error{Class: c, Err: ErrInjected}
+	if c == intake.Throttled {
+		e.RetryAfter = DefaultThrottle
+	}
+	return e
+}
+
+// FailEarliestNext makes the next n Earliest calls fail with an error of
+// class c wrapping ErrInjected (Throttled: RetryAfter DefaultThrottle): a
+// log that answers "temporarily unavailable" to boot recovery's truncation
+// check, as JetStream does just after its servers come back.
+func (l *Log) FailEarliestNext(n int, c intake.Class) {
+	l.faults.failReads(&l.faults.earliest, n, injected(c))
+}
+
+// FailReplayNext makes the next n Replay calls fail with an error of class
+// c wrapping ErrInjected (Throttled: RetryAfter DefaultThrottle), before
+// any record is passed to fn.
+func (l *Log) FailReplayNext(n int, c intake.Class) {
+	l.faults.failReads(&l.faults.replay, n, injected(c))
+}
+
+// ReadFailures returns how many Earliest and Replay calls an injected
+// failure has failed so far: a test waits on it to know that a caller met
+// the fault (and retried), without a sleep.
+func (l *Log) ReadFailures() int { return l.faults.readFailures() }
 
 // TimeoutAfterAppendNext makes the next n appends lose their ack: the
 // records are appended and fsynced (they are in the log, and Replay returns
@@ -205,7 +261,8 @@ func (l *Log) Hung() int { return l.faults.hungCalls() }
 // or ctx ends.
 func (l *Log) WaitHung(ctx context.Context, n int) error { return l.faults.waitHung(ctx, n) }
 
-// ClearFaults drops the queued FailNext failures and lost acks and
+// ClearFaults drops the queued FailNext, FailEarliestNext and
+// FailReplayNext failures and lost acks and
 // releases a Hang. The confirm latency and the ready flag are settings and
 // stay as they are.
 func (l *Log) ClearFaults() { l.faults.clear() }

@@ -45,6 +45,50 @@ func TestLog_FailNext(t *testing.T) {
 	mustPublish(t, l, rec("n1", 11))
 }
 
+// FailEarliestNext and FailReplayNext fail exactly the calls queued, with
+// the class asked for, count them, and leave the log's records untouched:
+// the next call answers as usual.
+func TestLog_FailReadsNext(t *testing.T) {
+	l := open(t, t.TempDir(), "n1")
+	r := rec("n1", 1)
+	mustPublish(t, l, r)
+	l.FailEarliestNext(2, intake.Unavailable)
+	l.FailReplayNext(1, intake.Throttled)
+	for i := range 2 {
+		_, err := l.Earliest(ctxT(t))
+		wantClass(t, err, intake.Unavailable)
+		if !errors.Is(err, memory.ErrInjected) {
+			t.Fatalf("Earliest %d: %v does not wrap ErrInjected", i, err)
+		}
+	}
+	if p, err := l.Earliest(ctxT(t)); err != nil || p != 0 {
+		t.Fatalf("Earliest after the faults = %d, %v; want 0", p, err)
+	}
+	called := 0
+	err := l.Replay(ctxT(t), -1, func(intake.Record, intake.Position) error { called++; return nil })
+	wantClass(t, err, intake.Throttled)
+	if _, after := intake.ClassOf(err); after != memory.DefaultThrottle || called != 0 {
+		t.Fatalf("failed Replay: retry after %v, fn called %d times; want %v and 0", after, called, memory.DefaultThrottle)
+	}
+	var got []intake.Record
+	if err := l.Replay(ctxT(t), -1, func(r intake.Record, _ intake.Position) error { got = append(got, r); return nil }); err != nil {
+		t.Fatalf("Replay after the fault: %v", err)
+	}
+	equalRecords(t, got, []intake.Record{r})
+	if n := l.ReadFailures(); n != 3 {
+		t.Fatalf("ReadFailures = %d, want 3", n)
+	}
+	l.FailEarliestNext(5, intake.Unavailable)
+	l.FailReplayNext(5, intake.Unavailable)
+	l.ClearFaults()
+	if _, err := l.Earliest(ctxT(t)); err != nil {
+		t.Fatalf("Earliest after ClearFaults: %v", err)
+	}
+	if err := l.Replay(ctxT(t), -1, func(intake.Record, intake.Position) error { return nil }); err != nil {
+		t.Fatalf("Replay after ClearFaults: %v", err)
+	}
+}
+
 func TestLog_TimeoutAfterAppendNext(t *testing.T) {
 	l := open(t, t.TempDir(), "n1")
 	r := rec("n1", 1)

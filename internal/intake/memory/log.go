@@ -339,6 +339,9 @@ func (l *Log) Replay(ctx context.Context, from intake.Position, fn func(intake.R
 	if l.closed.Load() {
 		return &intake.Error{Class: intake.Unavailable, Err: ErrClosed}
 	}
+	if err := l.faults.takeRead(&l.faults.replay); err != nil {
+		return err
+	}
 	var skipped int
 	defer func() {
 		if skipped > 0 {
@@ -410,6 +413,9 @@ func (l *Log) Describe() string {
 func (l *Log) Earliest(ctx context.Context) (intake.Position, error) {
 	if l.closed.Load() {
 		return -1, &intake.Error{Class: intake.Unavailable, Err: ErrClosed}
+	}
+	if err := l.faults.takeRead(&l.faults.earliest); err != nil {
+		return -1, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
