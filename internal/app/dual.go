@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -186,6 +187,18 @@ func (in *Instance) prepareIntake(ctx context.Context) error {
 
 // recoverOnBoot runs ADR section 8 before the node serves: replay this
 // node's tail into the store, republish local hooks above the watermark.
+//
+// A log outage (a classified Unavailable or Throttled error: JetStream's
+// "temporarily unavailable" just after its servers come back) does not end
+// the boot: the node stays unready (/ready intake "recovering") and runs
+// Recover again every intake.probe_ms (longer if the log asked for it),
+// until it succeeds or ctx ends. Every other error fails the boot as it is:
+// intake_truncated, not_found, permanent, and a store failure, which is
+// never retried as if it were the log's (see bootRetryWait).
+//
+// Running Recover again after a failed attempt is safe (queue.Recover, I2):
+// it starts from the store's m:intake_offset, which only a durable chunk
+// advances, and a record applied before that is skipped by its hook id.
 // REQUIRES: prepareIntake succeeded.
 func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
 	origin := queue.OriginExisting
@@ -195,13 +208,16 @@ func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
 	case in.store.Created():
 		origin = queue.OriginFresh
 	}
-	start := time.Now()
-	sum, err := queue.Recover(ctx, in.store, queue.RecoverOptions{
+	probe := time.Duration(in.cfg.Intake.ProbeMs) * time.Millisecond
+	opts := queue.RecoverOptions{
 		Intake:  in.intake,
 		Node:    in.cfg.Intake.NodeID,
 		Origin:  origin,
 		Resolve: in.route,
 		Logger:  in.log,
+		// Shared by every attempt: a retry does not republish the hooks an
+		// earlier attempt replayed (they are in the log).
+		Replayed: map[uint64]bool{},
 		OnApplied: func(tenant, source, key string, id [16]byte, ttl time.Duration) {
 			if in.fleet == nil {
 				return
@@ -212,7 +228,29 @@ func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
 				in.log.Warn("replay: fleet claim not adopted; it expires after fleet.pending_ttl_ms", "source", source, "err", err)
 			}
 		},
-	})
+	}
+	start := time.Now()
+	var total queue.Summary
+	var err error
+	for attempt := 1; ; attempt++ {
+		var sum queue.Summary
+		sum, err = queue.Recover(ctx, in.store, opts)
+		total = addSummary(total, sum)
+		wait, retry := bootRetryWait(err, probe)
+		if !retry {
+			break
+		}
+		// The instance's logger passes one line of this shape per
+		// logRepeatInterval (ratelog), with the count it suppressed.
+		in.log.Warn("boot recovery waits for the intake log", "err", err, "attempt", attempt, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			err = fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		case <-time.After(wait):
+			continue
+		}
+		break
+	}
 	skipped := 0
 	switch sk := in.intake.(type) {
 	case interface{ Skipped() int }:
@@ -220,17 +258,46 @@ func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
 	case interface{ Skipped() int64 }:
 		skipped = int(sk.Skipped())
 	}
-	in.metrics.IntakeReplay(sum.Applied, sum.Present, sum.Collided, sum.Unroutable, skipped, time.Since(start))
+	in.metrics.IntakeReplay(total.Applied, total.Present, total.Collided, total.Unroutable, skipped, time.Since(start))
 	if err != nil {
-		return sum, fmt.Errorf("boot recovery: %w", err)
+		return total, fmt.Errorf("boot recovery: %w", err)
 	}
 	if in.restored {
 		if err := clearRestoreMarker(in.storeDir); err != nil {
-			return sum, err
+			return total, err
 		}
 		in.restored = false
 	}
-	return sum, nil
+	return total, nil
+}
+
+// bootRetryWait says whether boot recovery's err is a log outage worth
+// waiting out, and how long to wait: probe, or the log's retry-after when
+// it asked for longer. Only a classified Unavailable or Throttled error is
+// (intake.IsTransient; intake.ClassOf would call any unclassified error
+// Unavailable). A store failure never is, even should an adapter wrap the
+// error of Replay's callback in a class: it does not heal by waiting, and
+// a boot retrying it forever would hide it.
+func bootRetryWait(err error, probe time.Duration) (time.Duration, bool) {
+	if err == nil || errors.Is(err, store.ErrFailed) || errors.Is(err, store.ErrClosed) {
+		return 0, false
+	}
+	transient, after := intake.IsTransient(err)
+	if !transient {
+		return 0, false
+	}
+	return max(probe, after), true
+}
+
+// addSummary adds b's counts to a; the positions are b's (the last attempt).
+func addSummary(a, b queue.Summary) queue.Summary {
+	b.Records += a.Records
+	b.Applied += a.Applied
+	b.Present += a.Present
+	b.Collided += a.Collided
+	b.Unroutable += a.Unroutable
+	b.Republished += a.Republished
+	return b
 }
 
 // route resolves a source for replay from the current config.

@@ -58,6 +58,12 @@ type RecoverOptions struct {
 	// once its chunk is durable (fleet scope adopts the claim: the hook's
 	// node died before settling it). ttl is what is left of the dedupe TTL.
 	OnApplied func(tenant, source, dedupeKey string, id [16]byte, ttl time.Duration)
+	// Replayed, when set, collects the seqs this run wrote from the log, and
+	// the republish skips every seq in it. A caller that runs Recover again
+	// after a failed run (boot recovery waiting out a log outage) passes the
+	// same map, so the retry does not republish what the failed run
+	// replayed. Nil: a map of this run's own.
+	Replayed map[uint64]bool
 	// Chunk is the apply batch size (default 500).
 	Chunk  int
 	Logger *slog.Logger
@@ -77,6 +83,16 @@ func (s Summary) String() string {
 }
 
 // Recover runs the replay and the republish.
+//
+// I2: running Recover again after a run that failed part way (a log
+// outage mid-replay or mid-republish) is safe and loses nothing. Each
+// chunk's hooks and m:intake_offset are one synced batch (applier.commit),
+// so the store's offset never passes a record that is not durably applied,
+// and the next run replays from there; a record applied before is skipped
+// by its hook id (applier.flush), never written twice; next_seq only
+// rises; and a republished record is one the log may hold twice, which the
+// same apply rule absorbs. The watermark (m:intake_seq) moves only after
+// the whole republish, so a failed run leaves it where it was.
 func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, error) {
 	if o.Chunk <= 0 {
 		o.Chunk = 500
@@ -148,7 +164,7 @@ func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, e
 		}
 	}
 
-	a := &applier{st: st, o: o, sum: &sum, next: next, log: log}
+	a := &applier{st: st, o: o, sum: &sum, next: next, log: log, replayed: o.Replayed}
 	err = o.Intake.Replay(ctx, from, func(r intake.Record, pos intake.Position) error {
 		sum.Records++
 		sum.Last = pos
