@@ -73,7 +73,9 @@ func secureHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
+	// same-origin, not no-referrer: under no-referrer a browser sends
+	// "Origin: null" on the login form's POST, which sameOrigin refuses.
+	h.Set("Referrer-Policy", "same-origin")
 }
 
 // page serves the console. GET /?token=T logs in with T and redirects to /
@@ -149,9 +151,13 @@ func (c *consoleAPI) logout(w http.ResponseWriter, r *http.Request) {
 }
 
 // sameOrigin reports whether a form POST came from this console: the
-// Origin header, which browsers send on every POST, must name this host.
-// A request without one (curl) is not a browser being steered.
+// browser's Sec-Fetch-Site must say same-origin (or none: typed by the
+// user), and the Origin header, sent by browsers on every POST, must name
+// this host. A request with neither (curl) is not a browser being steered.
 func sameOrigin(r *http.Request) bool {
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
+		return false
+	}
 	o := r.Header.Get("Origin")
 	if o == "" {
 		return true

@@ -110,6 +110,7 @@ async function boot() {
 const pages = {};
 function route() {
   stopAll();
+  document.getElementById("toast").hidden = true; // a message belongs to the page it came from
   const parts = (location.hash.replace(/^#\/?/, "") || "overview").split("/");
   const name = parts[0];
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === name));
@@ -174,7 +175,7 @@ pages.overview = async function () {
   const cAck = chart("Ack latency (ms)", ["p50", "p99"], charts);
   const cDel = chart("Deliveries by result (/s)", ["delivered", "retry", "dead"], charts);
   const cBack = chart("Backlog (rows)", ["pending", "in flight", "dead letters"], charts);
-  let prev = null, prevT = 0, n = 0;
+  let prev = null, prevT = 0, n = 0, lastP99 = null;
   const card = (k, v, id) => el("div", { class: "card", id }, el("div", { class: "k" }, k), el("div", { class: "v" }, v));
   async function tick() {
     let s, ready;
@@ -191,7 +192,8 @@ pages.overview = async function () {
     cards.replaceChildren(
       card("Ingest", ingest === null ? "…" : ingest.toFixed(1) + "/s", "card-ingest"),
       card("Accepted (total)", s.ingest.accepted, "card-accepted"),
-      card("Ack p99", p99 === null ? "–" : (p99 * 1000).toFixed(1) + " ms", "card-ack"),
+      card("Ack p99" + (p99 === null && lastP99 !== null ? " (last)" : ""),
+        (p99 !== null ? p99 : lastP99) === null ? "–" : ((p99 !== null ? p99 : lastP99) * 1000).toFixed(1) + " ms", "card-ack"),
       card("Delivered (total)", s.deliveries.delivered, "card-delivered"),
       card("Backlog", (g.queue_pending || 0) + " due · " + (g.queue_inflight || 0) + " in flight", "card-backlog"),
       card("Dead letters", g.queue_dead || 0, "card-dead"),
@@ -203,6 +205,7 @@ pages.overview = async function () {
       cDel.push(t, [rate((x) => x.deliveries.delivered), rate((x) => x.deliveries.retry), rate((x) => x.deliveries.dead)]);
     }
     cBack.push(t, [g.queue_pending || 0, g.queue_inflight || 0, g.queue_dead || 0]);
+    if (p99 !== null) lastP99 = p99;
     prev = s; prevT = t;
     root.dataset.samples = String(++n);
   }
@@ -429,10 +432,10 @@ pages.sources = async function () {
       let body;
       if (existing) {
         body = parsed;
-        if (fd.get("secret")) { body.verify = body.verify || {}; body.verify.secret = fd.get("secret"); }
+        if (fd.get("secret")) { body.verify = body.verify || {}; body.verify.secret = [fd.get("secret")]; }
       } else {
         body = { name: fd.get("name"), verify: { type: fd.get("verify_type") }, on_verify_failure: fd.get("on_verify_failure"), sinks: parsed };
-        if (fd.get("secret")) body.verify.secret = fd.get("secret");
+        if (fd.get("secret")) body.verify.secret = [fd.get("secret")];
       }
       try {
         const v = existing
