@@ -193,7 +193,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 860),
+		chromedp.WindowSize(1280, 960),
 	)
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
@@ -289,7 +289,7 @@ func (b *browser) screenshot(name string) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, step)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot()) // the window (1280x960), not the whole page
 	if err != nil {
 		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
