@@ -196,6 +196,17 @@ func (ac *access) wrap(mux *http.ServeMux, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// A browser says where a request came from. A change another site
+		// made this browser send is refused whoever it would act as: with
+		// no tokens (loopback) nothing else stops a page on the web from
+		// posting a replay or a source to 127.0.0.1 (a text/plain POST
+		// needs no CORS preflight). Scripts send no Sec-Fetch-Site.
+		if mutating(r.Method) {
+			if s := r.Header.Get("Sec-Fetch-Site"); s == "cross-site" || s == "same-site" {
+				writeJSON(w, http.StatusForbidden, errorBody(errCSRF))
+				return
+			}
+		}
 		actor := anonymous
 		if len(ac.creds) > 0 {
 			cr, ok := ac.authenticate(r)

@@ -160,6 +160,20 @@ func TestConsoleSessionNoTokens(t *testing.T) {
 	if rec := consoleReq(t, e.h, "GET", "/?token=whatever", "", nil, nil); sessionCookie(t, rec) != nil {
 		t.Fatal("a login without tokens configured set a cookie")
 	}
+	// Open is not open to other sites: a change a browser was made to send
+	// from elsewhere is refused, and nothing is purged.
+	for _, site := range []string{"cross-site", "same-site"} {
+		rec := consoleReq(t, e.h, "DELETE", "/v1/quarantine?all=true", "", nil, map[string]string{"Sec-Fetch-Site": site})
+		if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), `"csrf_token"`) {
+			t.Fatalf("DELETE with Sec-Fetch-Site %s = %d %s, want 403 csrf_token", site, rec.Code, rec.Body.String())
+		}
+	}
+	if r := e.get(t, "/v1/quarantine"); field(t, r.body, "total") != 1.0 {
+		t.Fatalf("quarantine total = %v after refused purges, want 1", field(t, r.body, "total"))
+	}
+	if rec := consoleReq(t, e.h, "DELETE", "/v1/quarantine?all=true", "", nil, map[string]string{"Sec-Fetch-Site": "same-origin"}); rec.Code != http.StatusOK {
+		t.Fatalf("the console's own DELETE = %d %s, want 200", rec.Code, rec.Body.String())
+	}
 }
 
 // The overview's summary has every series the page draws, zero before any
