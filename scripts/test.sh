@@ -4,7 +4,8 @@
 # on a temp dir and loopback listeners, and makes its own streams, key
 # prefixes and tables. The deployment files are checked by helm, kubeconform,
 # promtool and systemd-analyze, which scripts/tools.sh installs (pinned,
-# once per machine) from the Go module proxy and Debian.
+# once per machine) from the Go module proxy and Debian, as is Debian's
+# chromium for the console's browser test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +22,19 @@ echo "== deploy/ (helm, kubeconform, promtool, systemd-analyze)"
 ./scripts/deploy-check.sh
 # test/deploy renders the chart with the same helm.
 eval "$(./scripts/tools.sh)"
+
+echo "== chromium (the web console's browser test, test/console)"
+# Debian's chromium, driven by chromedp. Installed once per machine; the
+# test skips, saying why, only if this could not install it.
+if [ ! -x /usr/bin/chromium ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null \
+      || echo "warning: apt-get install chromium failed: test/console will skip"
+  else
+    echo "warning: no apt-get and no /usr/bin/chromium: test/console will skip"
+  fi
+fi
 
 echo "== go test (all packages, long drills included)"
 # The simulator runs on its own below, so that its one line is printed.

@@ -107,7 +107,9 @@ func New(d Deps) http.Handler {
 	if d.Sources != nil {
 		SourceRoutes(mux, d.Sources, d.Logger)
 	}
-	return newAccess(a).wrap(mux, jsonErrors(mux))
+	ac := newAccess(a)
+	routeConsole(mux, ac, d.Registry)
+	return ac.wrap(mux, jsonErrors(mux))
 }
 
 type api struct {

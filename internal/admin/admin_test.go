@@ -25,7 +25,8 @@ func TestAdmin_Health(t *testing.T) {
 func TestAdmin_Routing(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	t.Run("unknown route", func(t *testing.T) {
-		for _, p := range []string{"/", "/nope", "/v1/hooks", "/v1/wal/extra"} {
+		// "/" is the web console (console.go); only it, not what is below it.
+		for _, p := range []string{"/nope", "/v1/hooks", "/v1/wal/extra", "/console/", "/console/nope.js"} {
 			r := e.get(t, p)
 			wantJSON(t, r, http.StatusNotFound)
 			wantField(t, r.body, "error", "not_found")

@@ -57,6 +57,8 @@ func routeRoles() map[string]role {
 		"POST /v1/tenants/{tenant}/sources":          roleOperate,
 		"PUT /v1/tenants/{tenant}/sources/{name}":    roleOperate,
 		"DELETE /v1/tenants/{tenant}/sources/{name}": roleOperate,
+		// The console's charts; its page and login are consoleOpenRoutes.
+		"GET /v1/console/summary": roleRead,
 	}
 }
 
@@ -69,6 +71,9 @@ func openNames() map[string]string {
 const (
 	errUnauthorized = "unauthorized"
 	errForbidden    = "forbidden"
+	// errCSRF: a change carried by a console session cookie without the
+	// session's X-CSRF-Token.
+	errCSRF = "csrf_token"
 )
 
 // anonymous is the actor of every call when no tokens are configured
@@ -90,11 +95,14 @@ type access struct {
 	st    *store.Store
 	now   func() time.Time
 	api   *api
+	// sess holds the console's logins (session.go); a request without an
+	// Authorization header may authenticate with its cookie.
+	sess *sessions
 }
 
 func newAccess(a *api) *access {
 	c := a.d.Config.Admin
-	ac := &access{open: map[string]bool{}, roles: routeRoles(), st: a.d.Store, now: a.d.Now, api: a}
+	ac := &access{open: map[string]bool{}, roles: routeRoles(), st: a.d.Store, now: a.d.Now, api: a, sess: newSessions(a.d.Now)}
 	names := openNames()
 	for _, o := range c.Open {
 		ac.open[names[o]] = true
@@ -122,7 +130,7 @@ func (ac *access) required(pattern string, r *http.Request) role {
 	if pattern == "" {
 		return roleRead
 	}
-	if ac.open[pattern] {
+	if ac.open[pattern] || consoleOpenRoutes()[pattern] {
 		return roleOpen
 	}
 	need, ok := ac.roles[pattern]
@@ -151,6 +159,11 @@ func (ac *access) authenticate(r *http.Request) (credential, bool) {
 	if !found || !strings.EqualFold(scheme, "Bearer") {
 		return credential{}, false
 	}
+	return ac.check(tok)
+}
+
+// check returns the credential tok is (see authenticate for the timing).
+func (ac *access) check(tok string) (credential, bool) {
 	d := sha256.Sum256([]byte(strings.TrimSpace(tok)))
 	match := -1
 	for i := range ac.creds {
@@ -183,9 +196,31 @@ func (ac *access) wrap(mux *http.ServeMux, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// A browser says where a request came from. A change another site
+		// made this browser send is refused whoever it would act as: with
+		// no tokens (loopback) nothing else stops a page on the web from
+		// posting a replay or a source to 127.0.0.1 (a text/plain POST
+		// needs no CORS preflight). Scripts send no Sec-Fetch-Site.
+		if mutating(r.Method) {
+			if s := r.Header.Get("Sec-Fetch-Site"); s == "cross-site" || s == "same-site" {
+				writeJSON(w, http.StatusForbidden, errorBody(errCSRF))
+				return
+			}
+		}
 		actor := anonymous
 		if len(ac.creds) > 0 {
 			cr, ok := ac.authenticate(r)
+			if !ok && r.Header.Get("Authorization") == "" {
+				// The console: a session cookie instead of a bearer token,
+				// and for a change the session's CSRF token as well.
+				if sess, found := ac.sess.lookup(r); found {
+					if mutating(r.Method) && !sess.csrfOK(r) {
+						writeJSON(w, http.StatusForbidden, errorBody(errCSRF))
+						return
+					}
+					cr, ok = sess.cred, true
+				}
+			}
 			if !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="ankusa"`)
 				writeJSON(w, http.StatusUnauthorized, errorBody(errUnauthorized))
