@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the pinned tools `make test` validates deploy/ with, into
+# Installs the pinned tools `make test` validates deploy/ with (and
+# staticcheck, which lints every package), into
 # $DEPLOY_TOOLS_DIR (default ./.tools), and prints the variables that point
 # at them (eval "$(scripts/tools.sh)"). Idempotent: a tool whose pinned
 # version is already installed is not rebuilt, and every build goes
@@ -21,6 +22,7 @@ root=$PWD
 # Pins.
 KUBECONFORM=github.com/yannh/kubeconform/cmd/kubeconform@v0.8.0
 HELM=helm.sh/helm/v3/cmd/helm@v3.22.0
+STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # promtool: Debian's (package prometheus, bookworm: 2.42.0) when apt-get
 # can install it, in seconds; else built from this pin, which costs about
 # four minutes of compiling on a cold cache.
@@ -60,6 +62,7 @@ apt_install() {
 
 kubeconform=$(install kubeconform "$KUBECONFORM")
 helm=$(install helm "$HELM")
+staticcheck=$(install staticcheck "$STATICCHECK")
 
 promtool_debian() {
   command -v promtool >/dev/null 2>&1 && promtool --version 2>&1 | grep -q "version $PROMTOOL_DEBIAN_VERSION"
@@ -108,3 +111,4 @@ echo "export DEPLOY_HELM='$helm'"
 echo "export DEPLOY_PROMTOOL='$promtool'"
 echo "export DEPLOY_K8S_SCHEMAS='$schemas'"
 echo "export DEPLOY_K8S_VERSION='$K8S_VERSION'"
+echo "export STATICCHECK='$staticcheck'"

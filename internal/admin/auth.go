@@ -179,14 +179,6 @@ func (ac *access) check(tok string) (credential, bool) {
 
 type actorKey struct{}
 
-// actorOf is the name of the caller of r (for handlers that record it).
-func actorOf(ctx context.Context) string {
-	if s, ok := ctx.Value(actorKey{}).(string); ok {
-		return s
-	}
-	return anonymous
-}
-
 // wrap authenticates, authorises and audits every request before next.
 func (ac *access) wrap(mux *http.ServeMux, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

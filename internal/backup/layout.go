@@ -40,7 +40,6 @@ func (l layout) key(parts ...string) string {
 
 func (l layout) latest() string              { return l.key(latestName) }
 func (l layout) backups() string             { return l.key(backupsDir) + "/" }
-func (l layout) backup(id string) string     { return l.key(backupsDir, id) + "/" }
 func (l layout) manifest(id string) string   { return l.key(backupsDir, id, manifestName) }
 func (l layout) file(id, name string) string { return l.key(backupsDir, id, filesDir, name) }
 func (l layout) shared(sha string) string    { return l.key(sharedDir, sha) }

@@ -208,11 +208,10 @@ type dualGroup struct {
 	replies []pendingReply
 	entries []*pendingEntry // parallel to replies; nil for an in-group duplicate
 
-	mu                  sync.Mutex
-	localIn, logIn      bool
-	localErr, logErr    error
-	positions           []intake.Position // per record, when the log confirmed
-	published, resolved bool
+	mu               sync.Mutex
+	localIn, logIn   bool
+	localErr, logErr error
+	positions        []intake.Position // per record, when the log confirmed
 }
 
 // begin registers the group's entries and starts its publish.

@@ -37,7 +37,7 @@ func LoadOverrides(st *store.Store, g *GCRA, configured map[string]Limit) (*Over
 	err := st.Scan([]byte{store.PrefixRate}, []byte{store.PrefixRate + 1}, func(k, v []byte) bool {
 		var l limitJSON
 		if json.Unmarshal(v, &l) == nil {
-			o.set[string(k[1:])] = Limit{Rate: l.Rate, Burst: l.Burst}
+			o.set[string(k[1:])] = Limit(l)
 		}
 		return true
 	})
@@ -71,7 +71,7 @@ func (o *Overrides) Put(tenant string, l Limit) (Limit, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	v, _ := json.Marshal(limitJSON{l.Rate, l.Burst})
+	v, _ := json.Marshal(limitJSON(l))
 	b := o.st.NewBatch()
 	defer b.Close()
 	_ = b.Set(append([]byte{store.PrefixRate}, tenant...), v, nil)

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing/synctest"
@@ -909,13 +908,4 @@ func (w *world) stopAll() {
 		w.kill(n)
 	}
 	synctest.Wait()
-}
-
-// describe lists the violations on one line each.
-func (w *world) describe() string {
-	var b strings.Builder
-	for _, v := range w.found {
-		fmt.Fprintf(&b, "  inv %s: %s\n", v.inv, v.what)
-	}
-	return b.String()
 }

@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,7 +47,8 @@ func runMain(m *testing.M) int {
 	binPath = filepath.Join(dir, "ankusa")
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		fmt.Fprintf(os.Stderr, "fleet: the go tool is not on PATH: %v\n", err)
+		return 1
 	}
 	build := exec.Command(goTool, "build", "-o", binPath, "./cmd/ankusa")
 	build.Dir = root
