@@ -27,6 +27,12 @@ func bench(args []string) int {
 	if len(args) > 0 && args[0] == "e2e" {
 		return benchE2E(args[1:])
 	}
+	if len(args) > 0 && args[0] == "client" {
+		// Hidden: the out-of-process load generator the bench starts.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return harness.ClientMain(ctx, args[1:], os.Stdout, os.Stderr)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: ankusa bench [flags]      closed loop: null handler, then each -mode, per -c level")
@@ -39,10 +45,12 @@ func bench(args []string) int {
 	warmup := fs.Duration("warmup", time.Second, "warmup per run, excluded from the figures")
 	dir := fs.String("dir", "", "parent of the per-run data dirs (default: a temp dir, removed after)")
 	gate := fs.Bool("gate", false, "exit 1 if a target is missed or not measured")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled mode=null|disk|dual, clients=N)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled mode=null|disk|dual, clients=N; with -client process the load generator is not in it)")
 	modeFlag := fs.String("mode", "disk", "instance modes measured after the null handler at every level: disk, dual, or a comma list (disk,dual)")
 	confirmMs := fs.Int("confirm-ms", 5, "dual mode: the memory intake's confirm latency in ms (intake.memory.confirm_latency_ms)")
 	retentionFlag := fs.String("retention", "", "comma-separated retention.delivered values; each instance mode runs once per value (e.g. 0,2s,72h: what history costs ingest)")
+	reps := fs.Int("reps", 3, "repetitions, interleaved (every level and mode, then again): each ratio is printed as a range")
+	clientFlag := fs.String("client", harness.ClientProcess, "where the load generator runs: process (a child process, so the server's CPU and allocations are its own) or inproc (this process, the harness before issue 14)")
 	rolesFlag := fs.String("roles", "both", "node.roles of the disk instance: both (ingest,dispatch) or ingest (no dispatcher); dual always runs both")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -59,8 +67,12 @@ func bench(args []string) int {
 		fmt.Fprintf(os.Stderr, "ankusa bench: -c: %v\n", err)
 		return 64
 	}
-	if *body <= 0 || *dur <= 0 || *warmup < 0 || *confirmMs < 0 {
-		fmt.Fprintln(os.Stderr, "ankusa bench: -b and -d must be > 0, -warmup and -confirm-ms >= 0")
+	if *body <= 0 || *dur <= 0 || *warmup < 0 || *confirmMs < 0 || *reps <= 0 {
+		fmt.Fprintln(os.Stderr, "ankusa bench: -b, -d and -reps must be > 0, -warmup and -confirm-ms >= 0")
+		return 64
+	}
+	if *clientFlag != harness.ClientProcess && *clientFlag != harness.ClientInProcess {
+		fmt.Fprintf(os.Stderr, "ankusa bench: -client %q: want %s or %s\n", *clientFlag, harness.ClientProcess, harness.ClientInProcess)
 		return 64
 	}
 	modes, err := harness.ParseModes(*modeFlag)
@@ -120,6 +132,8 @@ func bench(args []string) int {
 		Modes:     modes,
 		ConfirmMs: *confirmMs,
 		Roles:     roles,
+		Client:    *clientFlag,
+		Reps:      *reps,
 
 		Retentions: retentions,
 	})

@@ -6,9 +6,11 @@
 // the ratios say what the durable commit path costs. RunE2E measures
 // delivery end to end: ingest, dispatch and an HTTP receiver.
 //
-// The load generator runs in the same process, on the same cores, as the
-// server under test. Both modes pay for it equally, so ratios between the
-// modes are meaningful; absolute figures are a floor, not a capacity claim.
+// By default the load generator is a child process (`ankusa bench client`),
+// so the CPU and the allocations measured in the bench process are the
+// server's alone; it still shares the host's cores, so absolute req/s are a
+// floor, not a capacity claim. Options.Client = ClientInProcess keeps the
+// older in-process generator.
 package bench
 
 import (
@@ -21,13 +23,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ankusa/ankusa/internal/config"
@@ -137,6 +137,15 @@ type Options struct {
 	// always runs both (config validation requires them under dual), so Run
 	// refuses Roles without dispatch when Modes include dual.
 	Roles []string
+	// Client is where the load generator runs: ClientProcess (a child
+	// process, the default) or ClientInProcess.
+	Client string
+	// ClientArgv starts the child load generator; the harness appends its
+	// flags [this executable, "bench", "client"].
+	ClientArgv []string
+	// Reps repeats the whole sequence (every level, null then each mode)
+	// this many times, interleaved, so each ratio gets a range [1].
+	Reps int
 	// Retentions, when set, runs every instance mode once per value of
 	// retention.delivered ("0", "2s", "72h"), to measure what keeping
 	// history (and its sweep) costs ingest [the default: 0 only].
@@ -170,6 +179,12 @@ func (o *Options) fill() {
 	if len(o.Roles) == 0 {
 		o.Roles = DefaultRoles
 	}
+	if o.Client == "" {
+		o.Client = ClientProcess
+	}
+	if o.Reps <= 0 {
+		o.Reps = 1
+	}
 }
 
 // Result is one (mode, clients) run.
@@ -177,6 +192,10 @@ type Result struct {
 	Mode      Mode
 	Clients   int
 	BodyBytes int
+	// Rep is the repetition (1-based) this run belongs to.
+	Rep int
+	// Client is where the load generator ran (ClientProcess, ClientInProcess).
+	Client string
 	// Window is the measured window as it actually elapsed.
 	Window time.Duration
 
@@ -192,12 +211,22 @@ type Result struct {
 	// error, over the whole run (warmup included): any error is a finding.
 	Failures
 
-	// CPU is the CPU this process (load generator, server and, in disk
-	// mode, Pebble's background work) used during the window, in cores;
-	// -1 when unknown. OtherCPU is the host CPU not billed to this process
-	// during the window (other processes, steal, interrupt handling), in
-	// cores: well above zero means the figures were disturbed.
-	CPU, OtherCPU float64
+	// CPU is the CPU the bench process used during the window, in cores;
+	// -1 when unknown. With ClientProcess that is the server alone (HTTP,
+	// the store, Pebble's background work); with ClientInProcess the load
+	// generator too. ClientCPU is the child load generator's CPU (from
+	// /proc/<pid>/stat; -1 in process or unknown). OtherCPU is the host
+	// CPU billed to neither during the window (other processes, steal,
+	// interrupt handling), in cores: well above zero means the figures
+	// were disturbed. GCCPU is the bench process's GC CPU estimate
+	// (runtime/metrics), in cores.
+	CPU, ClientCPU, OtherCPU, GCCPU float64
+
+	// AllocBytesPerReq and AllocsPerReq are the bench process's heap
+	// allocations during the window (runtime/metrics deltas: bytes, and
+	// objects including tiny ones) per 201. Like CPU they are the
+	// server's alone with ClientProcess.
+	AllocBytesPerReq, AllocsPerReq float64
 
 	// Instance modes only: successful fsyncs during the window
 	// (Stats().Syncs delta) and hooks they made durable (Stats().DurableSeq
@@ -273,47 +302,56 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	}
 	printHeader(o.Out, &o, root)
 
+	if o.Client != ClientProcess && o.Client != ClientInProcess {
+		return nil, fmt.Errorf("bench: unknown client %q (%s|%s)", o.Client, ClientProcess, ClientInProcess)
+	}
 	body := makeBody(o.BodyBytes)
 	var out []Result
-	for _, c := range o.Clients {
-		type run struct {
-			mode      Mode
-			retention string
-		}
-		runs := []run{{mode: ModeNull}}
-		for _, m := range o.Modes {
-			if len(o.Retentions) == 0 {
-				runs = append(runs, run{mode: m})
+	// Interleaved: rep 1 runs every level (null, then each mode), then rep
+	// 2 does the same, so a disturbance on the host lands on a run of each
+	// mode rather than on all of one mode's runs.
+	for rep := 1; rep <= o.Reps; rep++ {
+		for _, c := range o.Clients {
+			type run struct {
+				mode      Mode
+				retention string
 			}
-			for _, ret := range o.Retentions {
-				runs = append(runs, run{m, ret})
-			}
-		}
-		for _, rn := range runs {
-			mode := rn.mode
-			if err := ctx.Err(); err != nil {
-				return out, err
-			}
-			var r Result
-			var err error
-			// The labels are inherited by every goroutine the run starts
-			// (clients, servers, queue, dispatch), so a CPU profile of the
-			// whole command splits by run: go tool pprof -tagfocus
-			// mode=disk. Pebble relabels its own background goroutines
-			// (pebble=compact|flush|wal-sync).
-			labels := pprof.Labels("mode", string(mode), "clients", strconv.Itoa(c))
-			pprof.Do(ctx, labels, func(ctx context.Context) {
-				if mode == ModeNull {
-					r, err = runNull(ctx, &o, c, body)
-				} else {
-					r, err = runInstance(ctx, &o, root, mode, rn.retention, c, body)
+			runs := []run{{mode: ModeNull}}
+			for _, m := range o.Modes {
+				if len(o.Retentions) == 0 {
+					runs = append(runs, run{mode: m})
 				}
-			})
-			if err != nil {
-				return out, fmt.Errorf("bench: %s C=%d: %w", mode, c, err)
+				for _, ret := range o.Retentions {
+					runs = append(runs, run{m, ret})
+				}
 			}
-			out = append(out, r)
-			fmt.Fprintln(o.Out, FormatResult(r))
+			for _, rn := range runs {
+				mode := rn.mode
+				if err := ctx.Err(); err != nil {
+					return out, err
+				}
+				var r Result
+				var err error
+				// The labels are inherited by every goroutine the run starts
+				// (clients, servers, queue, dispatch), so a CPU profile of the
+				// whole command splits by run: go tool pprof -tagfocus
+				// mode=disk. Pebble relabels its own background goroutines
+				// (pebble=compact|flush|wal-sync).
+				labels := pprof.Labels("mode", string(mode), "clients", strconv.Itoa(c))
+				pprof.Do(ctx, labels, func(ctx context.Context) {
+					if mode == ModeNull {
+						r, err = runNull(ctx, &o, c, body)
+					} else {
+						r, err = runInstance(ctx, &o, root, mode, rn.retention, c, body)
+					}
+				})
+				if err != nil {
+					return out, fmt.Errorf("bench: %s C=%d rep %d: %w", mode, c, rep, err)
+				}
+				r.Rep = rep
+				out = append(out, r)
+				fmt.Fprintln(o.Out, FormatResult(r))
+			}
 		}
 	}
 	return out, nil
@@ -493,109 +531,28 @@ func (f *Failures) add(o *Failures) {
 	}
 }
 
-// drive runs `clients` closed-loop goroutines against url for Warmup +
-// Duration and reduces their tallies into a Result.
+// drive puts `clients` closed-loop clients on url for Warmup + Duration,
+// in this process or a child as o.Client says, and measures this process
+// (the server) over the same window.
 func drive(ctx context.Context, o *Options, mode Mode, clients int, url string, body []byte, probe *windowProbe) (Result, error) {
-	tr := &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        0, // no overall limit
-		MaxIdleConnsPerHost: clients,
-		MaxConnsPerHost:     0,
-		IdleConnTimeout:     90 * time.Second,
-		DisableKeepAlives:   false,
-		DisableCompression:  true,
-		ForceAttemptHTTP2:   false,
+	m := &serverMeter{probe: probe}
+	var l load
+	var err error
+	if o.Client == ClientInProcess {
+		l, err = generate(ctx, clients, url, body, o.Warmup, o.Duration, func() { m.start(0) }, func() { m.end(0) })
+	} else {
+		l, err = generateChild(ctx, o, clients, url, m.start, m.end)
 	}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
-
-	// A clean heap for every run, so one run's garbage is not collected on
-	// the next run's clock.
-	runtime.GC()
-
-	begin := time.Now()
-	winStart := begin.Add(o.Warmup)
-	winEnd := winStart.Add(o.Duration)
-
-	// Room for a generous guess of each worker's share, so the hot loop
-	// rarely grows its slice.
-	perWorker := int(200_000*o.Duration.Seconds())/clients + 64
-
-	workers := make([]worker, clients)
-	var wg sync.WaitGroup
-	for i := range workers {
-		w := &workers[i]
-		w.lat = make([]time.Duration, 0, perWorker)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.loop(ctx, client, url, body, winStart, winEnd)
-		}()
+	r := Result{Mode: mode, Clients: clients, BodyBytes: len(body), Client: o.Client, Window: l.Window,
+		CPU: -1, ClientCPU: -1, OtherCPU: -1, GCCPU: -1, OK: l.OK, P50: l.P50, P99: l.P99, Max: l.Max, Failures: l.Failures}
+	if err != nil {
+		return r, err
 	}
-
-	// The probe's snapshots bracket the same window the workers count in.
-	var probeErr error
-	var actualStart, actualEnd, cpuStart, cpuEnd time.Time
-	var cpu0, cpu1, busy0, busy1 time.Duration
-	cpuOK := false
-	if sleepUntil(ctx, winStart) {
-		actualStart = time.Now()
-		if probe != nil {
-			probe.atStart()
-		}
-		c0, ok0 := processCPU()
-		b0, ok1 := hostBusy()
-		cpu0, busy0, cpuStart = c0, b0, time.Now()
-		if sleepUntil(ctx, winEnd) {
-			actualEnd = time.Now()
-			if probe != nil {
-				probe.atEnd()
-			}
-			c1, ok2 := processCPU()
-			b1, ok3 := hostBusy()
-			cpu1, busy1, cpuEnd = c1, b1, time.Now()
-			cpuOK = ok0 && ok1 && ok2 && ok3
-			if probe != nil && probe.afterEnd != nil {
-				probe.afterEnd()
-			}
-		}
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		probeErr = ctx.Err()
-	}
-
-	r := Result{Mode: mode, Clients: clients, BodyBytes: len(body), Window: o.Duration, CPU: -1, OtherCPU: -1}
-	if !actualStart.IsZero() && !actualEnd.IsZero() {
-		r.Window = actualEnd.Sub(actualStart)
-	}
-	if secs := cpuEnd.Sub(cpuStart).Seconds(); cpuOK && secs > 0 {
-		r.CPU = (cpu1 - cpu0).Seconds() / secs
-		r.OtherCPU = max(0, ((busy1-busy0)-(cpu1-cpu0)).Seconds()/secs)
-	}
-	n := 0
-	for i := range workers {
-		n += len(workers[i].lat)
-	}
-	all := make([]time.Duration, 0, n)
-	for i := range workers {
-		w := &workers[i]
-		all = append(all, w.lat...)
-		r.add(&w.Failures)
-		w.lat = nil
-	}
-	slices.Sort(all)
-	r.OK = uint64(len(all))
 	if secs := r.Window.Seconds(); secs > 0 {
 		r.ReqPerSec = float64(r.OK) / secs
 	}
-	r.P50 = Percentile(all, 50)
-	r.P99 = Percentile(all, 99)
-	if len(all) > 0 {
-		r.Max = all[len(all)-1]
-	}
-	return r, probeErr
+	m.fill(&r)
+	return r, nil
 }
 
 // loop is one client: post, wait for the whole answer, repeat, until the

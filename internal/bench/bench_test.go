@@ -3,10 +3,22 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 )
+
+// TestMain lets the test binary stand in for `ankusa bench client`: Run's
+// default load generator re-executes this executable with those two
+// arguments, as the real binary is re-executed.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 2 && os.Args[1] == "bench" && os.Args[2] == "client" {
+		os.Exit(ClientMain(context.Background(), os.Args[3:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
 
 func TestRunSanity(t *testing.T) {
 	if testing.Short() {
@@ -19,17 +31,32 @@ func TestRunSanity(t *testing.T) {
 		Warmup:   50 * time.Millisecond,
 		DataDir:  t.TempDir(),
 		Out:      &out,
+		Reps:     2,
 	})
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != 2 || rs[0].Mode != ModeNull || rs[1].Mode != ModeDisk {
-		t.Fatalf("want [null disk], got %+v", rs)
+	// Interleaved: null, disk of rep 1, then null, disk of rep 2.
+	if len(rs) != 4 || rs[0].Mode != ModeNull || rs[1].Mode != ModeDisk || rs[2].Mode != ModeNull || rs[3].Mode != ModeDisk ||
+		rs[0].Rep != 1 || rs[1].Rep != 1 || rs[2].Rep != 2 || rs[3].Rep != 2 {
+		t.Fatalf("want [null disk null disk] over reps 1, 1, 2, 2, got %+v", rs)
 	}
 	for _, r := range rs {
 		if r.Clients != 4 || r.BodyBytes != 1024 {
 			t.Errorf("%s: clients=%d body=%d", r.Mode, r.Clients, r.BodyBytes)
+		}
+		if r.Client != ClientProcess {
+			t.Errorf("%s: client = %q, want the default %q", r.Mode, r.Client, ClientProcess)
+		}
+		// The server's own figures, with the client in a child process:
+		// any answered request allocates, and the server and the child
+		// both burn CPU (Linux; elsewhere CPU is unknown, -1).
+		if r.AllocsPerReq < 1 || r.AllocBytesPerReq < float64(r.BodyBytes) {
+			t.Errorf("%s: allocations per 201 implausible (a 1 KiB body is read into memory at least once): %.1f allocs, %.0f bytes", r.Mode, r.AllocsPerReq, r.AllocBytesPerReq)
+		}
+		if runtime.GOOS == "linux" && (r.CPU <= 0 || r.ClientCPU < 0 || r.OtherCPU < 0) {
+			t.Errorf("%s: cpu=%.2f client_cpu=%.2f other_cpu=%.2f, want server > 0 and both known", r.Mode, r.CPU, r.ClientCPU, r.OtherCPU)
 		}
 		if r.OK == 0 || r.ReqPerSec <= 0 {
 			t.Errorf("%s: no throughput: %+v", r.Mode, r)
@@ -41,7 +68,7 @@ func TestRunSanity(t *testing.T) {
 			t.Errorf("%s: latencies out of order: p50=%s p99=%s max=%s", r.Mode, r.P50, r.P99, r.Max)
 		}
 	}
-	d := rs[1]
+	d := rs[3]
 	if d.Fsyncs == 0 || d.Hooks == 0 || d.FsyncsPerSec <= 0 {
 		t.Errorf("disk: no fsyncs/hooks counted: %+v", d)
 	}
@@ -56,8 +83,90 @@ func TestRunSanity(t *testing.T) {
 	if v.Pass() {
 		t.Errorf("targets at C=512/C=64 were not run, the verdict must not pass:\n%s", sum.String())
 	}
-	if !strings.Contains(sum.String(), "ratio disk/null C=4:") {
-		t.Errorf("summary lacks the ratio:\n%s", sum.String())
+	for _, want := range []string{"C=4 B=1024 (2 reps)", "disk/null req/s", "disk/null cpu", "allocs/201", "bytes/201", "server cpu/201"} {
+		if !strings.Contains(sum.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, sum.String())
+		}
+	}
+}
+
+func TestRunInProcessClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs an HTTP server under load")
+	}
+	var out bytes.Buffer
+	rs, err := Run(context.Background(), Options{
+		Clients: []int{2}, Duration: 200 * time.Millisecond, Warmup: -1,
+		DataDir: t.TempDir(), Out: &out, Client: ClientInProcess,
+	})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 || rs[0].Client != ClientInProcess || rs[0].OK == 0 || rs[0].ClientCPU != -1 {
+		t.Fatalf("want in-process runs with throughput and no child CPU, got %+v", rs)
+	}
+	if !strings.Contains(out.String(), "IN-PROCESS") {
+		t.Errorf("header does not say the load generator is in process:\n%s", out.String())
+	}
+}
+
+func TestRunRejectsUnknownClient(t *testing.T) {
+	_, err := Run(context.Background(), Options{Clients: []int{1}, DataDir: t.TempDir(), Client: "wrk2"})
+	if err == nil || !strings.Contains(err.Error(), "unknown client") {
+		t.Fatalf("err = %v, want a refusal naming the client", err)
+	}
+}
+
+func TestChildCPUReadsProcStat(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc")
+	}
+	// Burn some CPU so this process's utime+stime is past one clock tick.
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	c, ok := childCPU(os.Getpid())
+	if !ok || c <= 0 {
+		t.Fatalf("childCPU(self) = %s, %t", c, ok)
+	}
+	self, _ := processCPU()
+	// /proc counts in 10 ms ticks; getrusage is finer. They agree to a tick or so.
+	if d := self - c; d < -20*time.Millisecond || d > 20*time.Millisecond+self/10 {
+		t.Errorf("/proc/self/stat says %s, getrusage %s", c, self)
+	}
+	if _, ok := childCPU(0); ok {
+		t.Error("pid 0 must be unknown")
+	}
+}
+
+func TestPrintRangesPairsRunsOfOneRep(t *testing.T) {
+	mk := func(m Mode, rep int, rps, cpu, allocs, bytes float64) Result {
+		return Result{Mode: m, Clients: 512, BodyBytes: 1024, Rep: rep, Client: ClientProcess, Window: time.Second,
+			OK: uint64(rps), ReqPerSec: rps, CPU: rps * cpu / 1e6, AllocsPerReq: allocs, AllocBytesPerReq: bytes}
+	}
+	rs := []Result{
+		mk(ModeNull, 1, 40000, 15, 24, 2400), mk(ModeDisk, 1, 20000, 28, 39, 5000),
+		mk(ModeNull, 2, 20000, 15, 24, 2400), mk(ModeDisk, 2, 8000, 75, 129, 17800),
+	}
+	var b bytes.Buffer
+	PrintRanges(&b, rs)
+	got := b.String()
+	t.Log("\n" + got)
+	for _, want := range []string{
+		"C=512 B=1024 (2 reps)",
+		"req/s            null 20000–40000  disk 8000–20000",
+		// rep 1: 20000/40000 = 0.5, rep 2: 8000/20000 = 0.4 (not 8000/40000).
+		"disk/null req/s  0.40x–0.50x   [target >= 0.6x at C=512: met in 0/2]",
+		// rep 1: 28/15 = 1.87 (met), rep 2: 75/15 = 5.
+		"disk/null cpu    1.87x–5.00x   [target <= 2x: met in 1/2]",
+		"[target <= 40: disk met in 1/2]",
+		"[target <= body+4KiB = 5120: disk met in 1/2]",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("ranges lack %q", want)
+		}
 	}
 }
 

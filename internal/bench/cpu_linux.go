@@ -47,3 +47,34 @@ func hostBusy() (time.Duration, bool) {
 	const userHZ = 100 // USER_HZ is 100 on every Linux ABI Go supports
 	return time.Duration(busy) * (time.Second / userHZ), true
 }
+
+// childCPU is the user+system CPU time process pid has used, from fields
+// 14 and 15 (utime, stime, in clock ticks) of /proc/<pid>/stat; false
+// for pid <= 0 or when unreadable.
+func childCPU(pid int) (time.Duration, bool) {
+	if pid <= 0 {
+		return 0, false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// count fields after its closing one.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := bytes.Fields(b[i+1:])
+	// f[0] is field 3 (state), so utime (14) is f[11] and stime (15) f[12].
+	if len(f) < 13 {
+		return 0, false
+	}
+	ut, err1 := strconv.ParseInt(string(f[11]), 10, 64)
+	st, err2 := strconv.ParseInt(string(f[12]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	const userHZ = 100
+	return time.Duration(ut+st) * (time.Second / userHZ), true
+}

@@ -5,5 +5,6 @@ package bench
 import "time"
 
 // processCPU and hostBusy are only measured on Linux.
-func processCPU() (time.Duration, bool) { return 0, false }
-func hostBusy() (time.Duration, bool)   { return 0, false }
+func processCPU() (time.Duration, bool)  { return 0, false }
+func hostBusy() (time.Duration, bool)    { return 0, false }
+func childCPU(int) (time.Duration, bool) { return 0, false }

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -201,7 +202,60 @@ func rolesNote(r Result) string {
 
 // Evaluate checks the results against the targets. A target whose level or
 // body size was not run is reported as not measured, never as a pass.
+// With several repetitions every repetition is checked on its own runs and
+// a check passes (or counts as measured) only if it does in every one.
 func Evaluate(rs []Result) Verdict {
+	groups := byRep(rs)
+	if len(groups) <= 1 {
+		return evaluateOne(rs)
+	}
+	var v Verdict
+	for i, g := range groups {
+		vi := evaluateOne(g)
+		if i == 0 {
+			v = vi
+			for j := range v.Checks {
+				if v.Checks[j].Measured {
+					v.Checks[j].Detail = fmt.Sprintf("rep %d: %s", g[0].Rep, v.Checks[j].Detail)
+				}
+			}
+			continue
+		}
+		for j := range v.Checks {
+			if j >= len(vi.Checks) || vi.Checks[j].Name != v.Checks[j].Name {
+				v.Checks[j].Measured = false
+				continue
+			}
+			c, d := &v.Checks[j], vi.Checks[j]
+			// A level that no repetition ran is said once, not per repetition.
+			if c.Measured || d.Measured {
+				c.Detail += fmt.Sprintf("; rep %d: %s", g[0].Rep, d.Detail)
+			}
+			c.Measured = c.Measured && d.Measured
+			c.Pass = c.Pass && d.Pass
+		}
+	}
+	return v
+}
+
+// byRep splits rs by repetition, in order of first appearance.
+func byRep(rs []Result) [][]Result {
+	var out [][]Result
+	idx := map[int]int{}
+	for _, r := range rs {
+		i, ok := idx[r.Rep]
+		if !ok {
+			i = len(out)
+			idx[r.Rep] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], r)
+	}
+	return out
+}
+
+// evaluateOne checks one repetition's results.
+func evaluateOne(rs []Result) Verdict {
 	var v Verdict
 
 	thr := Check{Name: fmt.Sprintf("throughput C=%d B=%d", TargetRatioClients, TargetBodyBytes)}
@@ -317,6 +371,9 @@ func evaluateDual(rs []Result) []Check {
 func FormatResult(r Result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-4s  C=%d B=%d", r.Mode, r.Clients, r.BodyBytes)
+	if r.Rep > 0 {
+		fmt.Fprintf(&b, " rep=%d", r.Rep)
+	}
 	if note := rolesNote(r); note != "" {
 		fmt.Fprintf(&b, " roles=%s", strings.Join(r.Roles, ","))
 	}
@@ -344,10 +401,20 @@ func FormatResult(r Result) string {
 	}
 	fmt.Fprintf(&b, "  errors=%d", r.Errors)
 	if r.CPU >= 0 {
-		fmt.Fprintf(&b, "  cpu=%.2f other_cpu=%.2f", r.CPU, r.OtherCPU)
-		if r.OK > 0 {
-			fmt.Fprintf(&b, " cpu/req=%.0fus", r.CPU*r.Window.Seconds()/float64(r.OK)*1e6)
+		fmt.Fprintf(&b, "  cpu=%.2f", r.CPU)
+		if r.ClientCPU >= 0 {
+			fmt.Fprintf(&b, " client_cpu=%.2f", r.ClientCPU)
 		}
+		fmt.Fprintf(&b, " other_cpu=%.2f", r.OtherCPU)
+		if r.OK > 0 {
+			fmt.Fprintf(&b, " cpu/req=%.1fus", r.CPU*r.Window.Seconds()/float64(r.OK)*1e6)
+		}
+		if r.GCCPU >= 0 {
+			fmt.Fprintf(&b, " gc_cpu=%.2f", r.GCCPU)
+		}
+	}
+	if r.OK > 0 {
+		fmt.Fprintf(&b, "  allocs/req=%.1f bytes/req=%.0f", r.AllocsPerReq, r.AllocBytesPerReq)
 	}
 	if r.Errors > 0 {
 		var parts []string
@@ -376,8 +443,18 @@ func PrintResults(w io.Writer, rs []Result) {
 }
 
 // PrintSummary writes the disk/null ratio of every level, the p99 at the
-// target level, and the targets with PASS/MISS. It returns the verdict.
+// target level (with one repetition), issue 14's figures as ranges over
+// the repetitions, and the targets with PASS/MISS. It returns the verdict.
 func PrintSummary(w io.Writer, rs []Result) Verdict {
+	if len(byRep(rs)) <= 1 {
+		printRatios(w, rs)
+	}
+	PrintRanges(w, rs)
+	return printVerdict(w, rs)
+}
+
+// printRatios writes the ratio lines of one repetition's results.
+func printRatios(w io.Writer, rs []Result) {
 	fmt.Fprintln(w)
 	seen := map[[2]int]bool{}
 	for _, r := range rs {
@@ -414,10 +491,15 @@ func PrintSummary(w io.Writer, rs []Result) Verdict {
 		fmt.Fprintf(w, "p50 dual C=%d: %s (p99 %s, max %s; fsync p50 ~%s, publish p50 ~%s, confirm %s)\n", DualLatencyClients,
 			fmtDur(d.P50), fmtDur(d.P99), fmtDur(d.Max), fmtDur(d.FsyncP50), fmtDur(d.PublishP50), fmtDur(d.Confirm))
 	}
+}
+
+// printVerdict writes the disturbed-run warning and the targets.
+func printVerdict(w io.Writer, rs []Result) Verdict {
+	fmt.Fprintln(w)
 	var noisy []string
 	for _, r := range rs {
 		if r.OtherCPU > NoisyOtherCPU {
-			noisy = append(noisy, fmt.Sprintf("%s C=%d (other_cpu=%.2f)", r.Mode, r.Clients, r.OtherCPU))
+			noisy = append(noisy, fmt.Sprintf("%s C=%d rep %d (other_cpu=%.2f)", r.Mode, r.Clients, r.Rep, r.OtherCPU))
 		}
 	}
 	if len(noisy) > 0 {
@@ -468,8 +550,18 @@ func printHeader(w io.Writer, o *Options, root string) {
 		order = append(order, string(m))
 	}
 	fmt.Fprintf(w, "ankusa bench: closed loop, %s warmup + %s window per run; order per C: %s\n", o.Warmup, o.Duration, strings.Join(order, ", "))
-	fmt.Fprintf(w, "%s %s/%s  NumCPU=%d GOMAXPROCS=%d  load generator in-process (shares the CPUs with the server)\n",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	gen := "load generator in a child process (`ankusa bench client`): cpu, allocs/req and bytes/req are the server's alone"
+	if o.Client == ClientInProcess {
+		gen = "load generator IN-PROCESS (-client inproc): cpu, allocs/req and bytes/req include the client side"
+	}
+	fmt.Fprintf(w, "%s %s/%s  NumCPU=%d GOMAXPROCS=%d  %s\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), gen)
+	if o.Reps > 1 {
+		fmt.Fprintf(w, "%d repetitions, interleaved (rep 1: every level and mode, then rep 2, ...)\n", o.Reps)
+	}
+	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Fprintf(w, "load average at start: %s\n", strings.Join(strings.Fields(string(l))[:3], " "))
+	}
 	fs := dataDirFS(root)
 	fmt.Fprintf(w, "data dir: %s (%s), a fresh store per run, default config (demo source, log sink)\n", absOr(root), fs)
 	if slices.Contains(o.Modes, ModeDisk) {
