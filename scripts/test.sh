@@ -39,6 +39,15 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 
+# The fleet drill (test/fleet) runs three real nats-server processes: the
+# Debian binary (/usr/sbin/nats-server, not always on a user's PATH),
+# installed once per machine. No skip: a failed install stops make test.
+echo "== nats-server (for the fleet drill's three processes)"
+if ! command -v nats-server >/dev/null 2>&1 && [ ! -x /usr/sbin/nats-server ]; then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server >/dev/null
+fi
+
 echo "== go test (all packages, long drills included)"
 # The simulator runs on its own below, so that its one line is printed.
 go test -count=1 -timeout 10m $(go list ./... | grep -v '/internal/sim$')

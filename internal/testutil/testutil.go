@@ -77,13 +77,22 @@ func StartQueue(t testing.TB, st *store.Store, opts queue.Options) *queue.Queue 
 // polling helper: use it only where no event can be waited on.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Poll(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// Poll is Eventually for a caller that handles the timeout itself (it
+// starts again, say): it reports whether cond held before the deadline.
+func Poll(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			return false
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	return true
 }
 
 // WALSyncGate is an errorfs injector that controls the WAL's fsyncs: each

@@ -1,7 +1,9 @@
-// Package natscluster runs three embedded nats-server instances with
-// JetStream, clustered on loopback inside the test process, for the tests,
-// benchmarks and drills that need a real R3 stream. It is a package of its
-// own so that plain testutil users do not link nats-server.
+// Package natscluster runs three nats-server instances with JetStream,
+// clustered on loopback, for the tests, benchmarks and drills that need a
+// real R3 stream: embedded in the test process (Start, StartIn), or as
+// three real nats-server processes (StartProcesses, process.go) where a
+// stop must be a signal to a process. It is a package of its own so that
+// plain testutil users do not link nats-server.
 package natscluster
 
 import (
@@ -41,14 +43,19 @@ type Options struct {
 	MaxMemory, MaxStore int64
 }
 
-// Cluster is three embedded, clustered JetStream servers, named n1..n3.
-// A stopped server can start again on its ports and store.
+// Cluster is three clustered JetStream servers, named n1..n3, embedded or
+// processes. A stopped server can start again on its ports and store.
 type Cluster struct {
 	mu      sync.Mutex
-	opts    []*server.Options
-	servers []*server.Server // nil while stopped
+	opts    []*server.Options // process mode: the source of each config file
+	servers []*server.Server  // embedded mode; nil while stopped
 	admin   *nats.Conn
 	js      natsjs.JetStream
+
+	// Process mode (process.go): the nats-server binary, and each
+	// server's running process (nil while stopped).
+	bin   string
+	procs []*proc
 }
 
 // Start starts a cluster with its stores under the test's temporary
@@ -84,12 +91,17 @@ func (c *Cluster) start(tb testing.TB, dir func(attempt int) string, o Options) 
 		o.MaxStore = 1 << 30
 	}
 	c.servers = make([]*server.Server, 3)
+	c.procs = make([]*proc, 3)
+	nports := 6
+	if c.bin != "" {
+		nports = 9 // and a monitoring port each, for /healthz
+	}
 	// A port found free can be taken before its server binds it (an
 	// outgoing connection's ephemeral port, another test's listener): a
 	// server that cannot listen is never ready, so start again on fresh
 	// ports rather than fail the test on a collision.
 	for attempt := 1; ; attempt++ {
-		ports, err := FreePorts(6)
+		ports, err := FreePorts(nports)
 		if err == nil {
 			c.configure(dir(attempt), ports, o)
 			err = c.startErr(listenWait, 0, 1, 2)
@@ -115,7 +127,8 @@ func (c *Cluster) start(tb testing.TB, dir func(attempt int) string, o Options) 
 }
 
 // configure sets the three servers' options: client ports ports[0:3],
-// route ports ports[3:6], stores under dir.
+// route ports ports[3:6], monitoring ports ports[6:9] if given, stores
+// under dir.
 func (c *Cluster) configure(dir string, ports []int, o Options) {
 	var routes []*url.URL
 	for i := range 3 {
@@ -136,6 +149,9 @@ func (c *Cluster) configure(dir string, ports []int, o Options) {
 			NoLog:              true,
 			NoSigs:             true,
 		})
+		if len(ports) >= 9 {
+			c.opts[i].HTTPHost, c.opts[i].HTTPPort = "127.0.0.1", ports[6+i]
+		}
 	}
 }
 
@@ -184,6 +200,9 @@ func (c *Cluster) Restart(tb testing.TB, which ...int) {
 // clustered JetStream server is ready only once it sees its routes, so they
 // start together).
 func (c *Cluster) startErr(wait time.Duration, which ...int) error {
+	if c.bin != "" {
+		return c.startProcs(wait, which...)
+	}
 	var started []*server.Server
 	for _, i := range which {
 		o := *c.opts[i] // a server keeps and edits its options: give each start a copy
@@ -205,8 +224,13 @@ func (c *Cluster) startErr(wait time.Duration, which ...int) error {
 	return nil
 }
 
-// Stop shuts server i down and waits until it is gone.
+// Stop shuts server i down and waits until it is gone (a process: SIGTERM,
+// and it has exited).
 func (c *Cluster) Stop(i int) {
+	if c.bin != "" {
+		c.stopProc(i)
+		return
+	}
 	c.mu.Lock()
 	s := c.servers[i]
 	c.servers[i] = nil
@@ -233,6 +257,10 @@ func (c *Cluster) Shutdown() {
 // event to wait on).
 func (c *Cluster) WaitMetaLeader(tb testing.TB) {
 	tb.Helper()
+	if c.bin != "" {
+		c.waitHealthy(tb)
+		return
+	}
 	testutil.Eventually(tb, Timeout, "a JetStream meta leader", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -257,6 +285,9 @@ func (c *Cluster) WaitMetaLeader(tb testing.TB) {
 // all three replicas are current; it returns the leader's index.
 func (c *Cluster) WaitStreamLeader(tb testing.TB, stream string) int {
 	tb.Helper()
+	if c.bin != "" {
+		return c.waitStreamLeaderProcs(tb, stream)
+	}
 	leader := -1
 	testutil.Eventually(tb, Timeout, "stream "+stream+" to have a leader and three current replicas", func() bool {
 		c.mu.Lock()
