@@ -37,7 +37,7 @@ bench:
 	$(GO) run ./cmd/ankusa bench
 
 # The fleet drill at a longer pace (make test runs it bounded): three
-# JetStream servers (embedded, R3 stream), the loopback Redis and Postgres,
+# nats-server processes (R3 stream), the loopback Redis and Postgres,
 # two ankusa nodes; two host losses and a log outage, in dual and disk.
 # PHASE_MS and RATE tune it. Prints the loadgen verify figures of each mode.
 PHASE_MS ?= 6000

@@ -1,5 +1,5 @@
-// Package fleet is the ADR's fleet drill on one machine: three JetStream
-// servers with an R3 stream, the loopback Redis and Postgres, two Ankusa
+// Package fleet is the ADR's fleet drill on one machine: three nats-server
+// processes with an R3 stream, the loopback Redis and Postgres, two Ankusa
 // nodes (the real binary) with dedupe.scope: fleet and backups to a file://
 // primary and secondary, and loadgen at a fixed rate against both. Then
 // host loss of node a (kill -9, data dir deleted, replacement on an empty
@@ -323,7 +323,10 @@ func runDrill(t *testing.T, mode string) result {
 	}
 	var c *natscluster.Cluster
 	if mode == "dual" {
-		c = natscluster.Start(t, natscluster.Options{Name: "ankusa-fleet-drill"})
+		// Three real nats-server processes: the outage below is SIGTERM
+		// to two of them, and their restart re-execs them on their ports
+		// and stores.
+		c = natscluster.StartProcesses(t, natscluster.Options{Name: "ankusa-fleet-drill"})
 		c.CreateStream(t, natsjs.StreamConfig{
 			Name: stream, Subjects: []string{"ankusa.intake.default.>"}, Replicas: 3,
 			Storage: natsjs.FileStorage, Duplicates: 2 * time.Minute, MaxAge: 24 * time.Hour, MaxMsgSize: -1,
@@ -435,6 +438,9 @@ func runDrill(t *testing.T, mode string) result {
 	if c != nil {
 		c.Stop(1)
 		c.Stop(2)
+		if c.Running(1) || c.Running(2) {
+			t.Fatal("nats-server n2 or n3 still running after SIGTERM")
+		}
 		wStart := time.Now()
 		time.Sleep(p)
 		wEnd := time.Now()
@@ -543,7 +549,7 @@ func (r result) line(mode string) string {
 // drill, loses the hooks acked after the last backup.
 func TestFleetDrill(t *testing.T) {
 	if testing.Short() {
-		t.Skip("long drill: 3 JetStream servers, Redis, Postgres, two ankusa nodes, two host losses and a log outage")
+		t.Skip("long drill: 3 nats-server processes, Redis, Postgres, two ankusa nodes, two host losses and a log outage")
 	}
 	t.Run("dual", func(t *testing.T) {
 		r := runDrill(t, "dual")
