@@ -83,11 +83,32 @@ type envelope struct {
 	Manifest  json.RawMessage `json:"manifest"`
 }
 
-func sign(key, raw []byte) string {
+func sign(key, raw []byte) string { return Sign(manifestDomain, key, raw) }
+
+// Sign is the signature every signed object of a backup location carries
+// (manifests here, archive segments and their catalogue in
+// internal/archive): "hmac-sha256:<hex>" of domain then raw. domain keeps
+// one key from being made to sign one kind of object for another.
+func Sign(domain string, key, raw []byte) string {
 	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(manifestDomain))
+	mac.Write([]byte(domain))
 	mac.Write(raw)
 	return sigScheme + hex.EncodeToString(mac.Sum(nil))
+}
+
+// VerifySignature checks sig against Sign(domain, key, raw) in constant time; a
+// mismatch or a malformed sig is an error wrapping ErrBadSignature.
+func VerifySignature(domain string, key, raw []byte, sig string) error {
+	got, ok := strings.CutPrefix(sig, sigScheme)
+	gotMAC, err := hex.DecodeString(got)
+	if !ok || err != nil {
+		return fmt.Errorf("%w: signature %q is not %s<hex>", ErrBadSignature, sig, sigScheme)
+	}
+	want, _ := hex.DecodeString(strings.TrimPrefix(Sign(domain, key, raw), sigScheme))
+	if !hmac.Equal(gotMAC, want) {
+		return ErrBadSignature
+	}
+	return nil
 }
 
 // encodeManifest returns the signed envelope of m.
@@ -123,14 +144,8 @@ func decodeManifest(env, key []byte) (Manifest, error) {
 		return Manifest{}, fmt.Errorf("%w: manifest envelope: %v", ErrCorrupt, err)
 	}
 	if key != nil {
-		got, ok := strings.CutPrefix(e.Signature, sigScheme)
-		gotMAC, err := hex.DecodeString(got)
-		if !ok || err != nil {
-			return Manifest{}, fmt.Errorf("%w: signature %q is not %s<hex>", ErrBadSignature, e.Signature, sigScheme)
-		}
-		want, _ := hex.DecodeString(strings.TrimPrefix(sign(key, e.Manifest), sigScheme))
-		if !hmac.Equal(gotMAC, want) {
-			return Manifest{}, ErrBadSignature
+		if err := VerifySignature(manifestDomain, key, e.Manifest, e.Signature); err != nil {
+			return Manifest{}, err
 		}
 	}
 	var v struct {
