@@ -71,6 +71,16 @@ type Options struct {
 	RetentionMaxBytes int64
 	SweepInterval     time.Duration
 
+	// Archive, when set, receives every hook the sweep removes before its
+	// rows go (archive.go), in segments of about SegmentBytes of bodies,
+	// and serves replay jobs of kind "archive". Route resolves the sinks a
+	// replayed hook is owed from its source's current configuration;
+	// OnRestore raises the queue's counters by what a replay wrote back.
+	Archive      Archiver
+	SegmentBytes int64
+	Route        func(source string) ([]store.DueSink, bool)
+	OnRestore    func(hooks, deliveries int)
+
 	Observer Observer
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -109,6 +119,15 @@ func (o *Options) fill() {
 	}
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = time.Second
+	}
+	if o.SegmentBytes <= 0 {
+		o.SegmentBytes = 8 << 20
+	}
+	if o.Route == nil {
+		o.Route = func(string) ([]store.DueSink, bool) { return nil, false }
+	}
+	if o.OnRestore == nil {
+		o.OnRestore = func(int, int) {}
 	}
 	if o.OnReclaim == nil {
 		o.OnReclaim = func(int, int) {}
@@ -178,6 +197,9 @@ type Dispatcher struct {
 	// invariant 1); written on the loop, read by scrapes.
 	retainedHooks atomic.Int64
 	retainedBytes atomic.Int64
+	// archivedHooks and archiveErrors count archive sweep work (archive.go).
+	archivedHooks atomic.Int64
+	archiveErrors atomic.Int64
 
 	// started is set by Start: from then on every delivery-row write runs
 	// on the loop; before it, offLoop serialises the few that run without it.
@@ -195,6 +217,12 @@ type Dispatcher struct {
 	// afterOutcome is a test seam: called on the loop goroutine after each
 	// outcome write reached the store (a crash is simulated there).
 	afterOutcome func()
+	// afterArchive is a test seam: called by the archive goroutine after a
+	// segment was written and before its hooks' rows are removed; an error
+	// stops the pass there (a crash is simulated there).
+	afterArchive func() error
+	// bg is the archive goroutine, stopped with the loop.
+	bg sync.WaitGroup
 }
 
 func (d *Dispatcher) target(num uint16) (Target, bool) {
@@ -278,6 +306,13 @@ func (d *Dispatcher) Start() error {
 		defer close(d.done)
 		d.run(ctx)
 	}()
+	if d.o.Archive != nil && d.o.Retention > 0 {
+		d.bg.Add(1)
+		go func() {
+			defer d.bg.Done()
+			d.archiveLoop(ctx)
+		}()
+	}
 	return nil
 }
 
@@ -289,6 +324,7 @@ func (d *Dispatcher) Stop() {
 		return
 	}
 	d.cancel()
+	d.bg.Wait()
 	<-d.done
 }
 
@@ -322,6 +358,9 @@ func (d *Dispatcher) run(ctx context.Context) {
 		case <-jobTick.C:
 			d.runJobs()
 		case <-sweepTick.C:
+			if d.o.Archive != nil {
+				break // the archive goroutine sweeps (archive.go)
+			}
 			// One pass of at most sweepBatch hooks, so the loop's other
 			// work waits at most one pass; while more are due the next
 			// pass comes at once.

@@ -66,19 +66,24 @@ func (d *Dispatcher) loadRetained() error {
 	return nil
 }
 
-// sweep removes up to sweepBatch retained hooks that invariant 2 says must
-// go. It reports whether more are due now.
-func (d *Dispatcher) sweep() (more bool) {
+// victim is a retained hook the sweep removes.
+type victim struct {
+	key  []byte // its retained row
+	at   int64  // delivered_at
+	seq  uint64
+	size int64
+}
+
+// pick lists up to sweepBatch retained hooks that invariant 2 says must go,
+// oldest first, stopping once their bodies reach maxBytes (0: no bound; at
+// least one is always taken). It only reads, so the archive goroutine
+// calls it off the loop. more reports whether others are due now.
+func (d *Dispatcher) pick(maxBytes int64) (vs []victim, more bool, err error) {
 	nowMs := d.o.Now().UnixMilli()
 	cutoff := nowMs - d.o.Retention.Milliseconds()
 	over := d.retainedBytes.Load() - d.o.RetentionMaxBytes
-	type victim struct {
-		key  []byte
-		seq  uint64
-		size int64
-	}
-	var vs []victim
-	err := d.st.Scan([]byte{store.PrefixRetained}, []byte{store.PrefixRetained + 1}, func(k, v []byte) bool {
+	var total int64
+	err = d.st.Scan([]byte{store.PrefixRetained}, []byte{store.PrefixRetained + 1}, func(k, v []byte) bool {
 		at, seq, ok := store.ParseRetainedKey(k)
 		if !ok {
 			return true
@@ -86,15 +91,24 @@ func (d *Dispatcher) sweep() (more bool) {
 		if at > cutoff && over <= 0 {
 			return false // oldest first: nothing after this is due either
 		}
-		if len(vs) == sweepBatch {
+		if len(vs) == sweepBatch || (maxBytes > 0 && len(vs) > 0 && total >= maxBytes) {
 			more = true
 			return false
 		}
 		sz, _ := store.ParseU64(v)
 		over -= int64(sz)
-		vs = append(vs, victim{append([]byte(nil), k...), seq, int64(sz)})
+		total += int64(sz)
+		vs = append(vs, victim{append([]byte(nil), k...), at, seq, int64(sz)})
 		return true
 	})
+	return vs, more, err
+}
+
+// sweep removes up to sweepBatch retained hooks that invariant 2 says must
+// go. It reports whether more are due now. With an archive the archive
+// goroutine sweeps instead (archive.go).
+func (d *Dispatcher) sweep() (more bool) {
+	vs, more, err := d.pick(0)
 	if err != nil {
 		d.log.Warn("history sweep: scan failed", "err", err)
 		return false
@@ -102,16 +116,34 @@ func (d *Dispatcher) sweep() (more bool) {
 	if len(vs) == 0 {
 		return false
 	}
+	if err := d.remove(vs, false); err != nil {
+		d.log.Warn("history sweep failed; retried at the next pass", "err", err)
+		return false
+	}
+	return more
+}
+
+// remove deletes every row of the victims in one batch, on the loop. With
+// recheck (the victims were picked off the loop) a victim whose retained
+// row is gone by now — resent since — is left alone.
+func (d *Dispatcher) remove(vs []victim, recheck bool) error {
 	b := d.st.NewBatch()
 	defer b.Close()
-	rows, bytes := 0, int64(0)
+	hooks, rows, bytes := 0, 0, int64(0)
 	for _, v := range vs {
+		if recheck {
+			if rv, err := d.st.Get(v.key); err != nil {
+				return fmt.Errorf("read retained row of %d: %w", v.seq, err)
+			} else if rv == nil {
+				continue
+			}
+		}
 		_ = b.Delete(v.key, nil)
+		hooks++
 		bytes += v.size
 		hv, err := d.st.Get(store.HookKey(v.seq))
 		if err != nil {
-			d.log.Warn("history sweep: read failed", "seq", v.seq, "err", err)
-			return false
+			return fmt.Errorf("read hook %d: %w", v.seq, err)
 		}
 		if hv == nil {
 			continue // the retained row outlived its hook: drop the row
@@ -123,8 +155,7 @@ func (d *Dispatcher) sweep() (more bool) {
 		}
 		keys, err := d.st.HookRowKeys(env)
 		if err != nil {
-			d.log.Warn("history sweep: read failed", "seq", v.seq, "err", err)
-			return false
+			return fmt.Errorf("read rows of hook %d: %w", v.seq, err)
 		}
 		for _, k := range keys {
 			_ = b.Delete(k, nil)
@@ -133,15 +164,18 @@ func (d *Dispatcher) sweep() (more bool) {
 			}
 		}
 	}
-	// Not synced: a sweep lost in a crash is done again by the next one.
-	if err := d.st.Apply(b); err != nil {
-		d.log.Warn("history sweep failed; retried at the next pass", "err", err)
-		return false
+	if hooks == 0 {
+		return nil
 	}
-	d.retainedHooks.Add(-int64(len(vs)))
+	// Not synced: a sweep lost in a crash is done again by the next one
+	// (and, with an archive, the segment written again under its key).
+	if err := d.st.Apply(b); err != nil {
+		return err
+	}
+	d.retainedHooks.Add(-int64(hooks))
 	d.retainedBytes.Add(-bytes)
-	d.o.OnReclaim(len(vs), rows)
-	return more
+	d.o.OnReclaim(hooks, rows)
+	return nil
 }
 
 // Errors of Resend.

@@ -109,6 +109,9 @@ type Gauges struct {
 	// HistoryHooks and HistoryBytes are the delivered hooks kept by
 	// retention.delivered and the bytes of their bodies.
 	HistoryHooks, HistoryBytes int64
+	// ArchivedHooks counts hooks written to the archive since start;
+	// ArchiveErrors the archive sweep passes that failed (hooks kept local).
+	ArchivedHooks, ArchiveErrors int64
 }
 
 // Gauges reads the queue gauges. Pending counts due rows (a scan: call it
@@ -122,5 +125,8 @@ func (d *Dispatcher) Gauges() Gauges {
 		OldestDueAge: d.OldestDueAge(d.o.Now()),
 		HistoryHooks: d.retainedHooks.Load(),
 		HistoryBytes: d.retainedBytes.Load(),
+
+		ArchivedHooks: d.archivedHooks.Load(),
+		ArchiveErrors: d.archiveErrors.Load(),
 	}
 }

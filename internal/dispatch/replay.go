@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/ankusa/ankusa/internal/archive"
 	"github.com/ankusa/ankusa/internal/store"
 )
 
@@ -52,7 +53,8 @@ type Job struct {
 	State     string  `json:"state"`
 	Moved     int64   `json:"moved"`
 	Skipped   int64   `json:"skipped"`
-	UntilMs   int64   `json:"until_ms"` // rows dead-lettered after the job was created are not replayed
+	UntilMs   int64   `json:"until_ms"`           // rows dead-lettered after the job was created are not replayed; archive: hooks received after it
+	SinceMs   int64   `json:"since_ms,omitempty"` // archive: hooks received before it are not replayed
 	Cursor    []byte  `json:"cursor,omitempty"`
 	Error     string  `json:"error,omitempty"`
 	CreatedAt string  `json:"created_at"`
@@ -63,6 +65,7 @@ type job struct {
 	Job
 	tokens float64
 	last   time.Time
+	seg    *archive.Segment // archive jobs: the segment the cursor is in, once read
 }
 
 // Releaser releases quarantined hooks for a replay job of kind quarantine.
@@ -79,6 +82,10 @@ type JobSpec struct {
 	SourceID string  `json:"source_id"`
 	Rate     float64 `json:"rate"`
 	MaxLagMs int64   `json:"max_lag_ms"`
+	// Since and Until bound an archive job by received_at (zero Since: the
+	// archive's start; zero Until: now).
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until"`
 }
 
 func (d *Dispatcher) loadJobs() error {
@@ -98,8 +105,17 @@ func (d *Dispatcher) CreateJob(ctx context.Context, spec JobSpec) (Job, error) {
 	case spec.Kind == "quarantine" && d.o.Release != nil:
 	case spec.Kind == "quarantine":
 		return Job{}, fmt.Errorf("%w: no source uses on_verify_failure: quarantine", ErrBadJob)
+	case spec.Kind == "archive" && d.o.Archive != nil:
+		if !spec.Since.IsZero() && !spec.Until.IsZero() && spec.Until.Before(spec.Since) {
+			return Job{}, fmt.Errorf("%w: until is before since", ErrBadJob)
+		}
+	case spec.Kind == "archive":
+		return Job{}, fmt.Errorf("%w: the archive is off (archive.enabled)", ErrBadJob)
 	default:
-		return Job{}, fmt.Errorf("%w: kind must be dlq or quarantine", ErrBadJob)
+		return Job{}, fmt.Errorf("%w: kind must be dlq, quarantine or archive", ErrBadJob)
+	}
+	if spec.Kind != "archive" && (!spec.Since.IsZero() || !spec.Until.IsZero()) {
+		return Job{}, fmt.Errorf("%w: since and until are for kind archive", ErrBadJob)
 	}
 	if spec.Rate == 0 {
 		spec.Rate = 50
@@ -132,6 +148,14 @@ func (d *Dispatcher) CreateJob(ctx context.Context, spec JobSpec) (Job, error) {
 			Rate: spec.Rate, MaxLagMs: spec.MaxLagMs, State: JobRunning, UntilMs: now.UnixMilli(),
 			CreatedAt: now.UTC().Format(time.RFC3339Nano), UpdatedAt: now.UTC().Format(time.RFC3339Nano),
 		}, last: now}
+		if spec.Kind == "archive" {
+			if !spec.Since.IsZero() {
+				j.SinceMs = spec.Since.UnixMilli()
+			}
+			if !spec.Until.IsZero() {
+				j.UntilMs = spec.Until.UnixMilli()
+			}
+		}
 		b := d.st.NewBatch()
 		defer b.Close()
 		d.putJob(b, &j.Job)
@@ -244,8 +268,15 @@ func (d *Dispatcher) runJobs() {
 
 // stepJob advances j by up to n rows.
 func (d *Dispatcher) stepJob(j *job, n int, now time.Time) {
-	if j.Kind == "quarantine" {
+	switch j.Kind {
+	case "quarantine":
 		d.stepRelease(j, n, now)
+		return
+	case "archive":
+		if d.o.Archive == nil {
+			return // archive.enabled was turned off: the job waits
+		}
+		d.stepArchive(j, n, now)
 		return
 	}
 	d.stepDLQ(j, n, now)

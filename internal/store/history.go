@@ -50,3 +50,28 @@ func (s *Store) HookRowKeys(env *Envelope) ([][]byte, error) {
 	}
 	return keys, nil
 }
+
+// DueSink is one delivery a restored hook owes: its sink number and id.
+type DueSink struct {
+	Num uint16
+	ID  string
+}
+
+// PutRestoredHook adds to b every row of a hook brought back from the
+// archive (archive replay): the hook under its original seq (env.Seq,
+// encoded as raw), its id index, its listing indexes, and one due delivery
+// per sink at dueAtMs tagged with replayID. No dedupe rows: the hook's
+// dedupe window closed long before it was archived.
+func (b *Batch) PutRestoredHook(env *Envelope, raw []byte, sinks []DueSink, dueAtMs int64, replayID string) {
+	_ = b.Set(HookKey(env.Seq), raw, nil)
+	_ = b.Set(HookIDKey(env.ID), U64(env.Seq), nil)
+	for _, k := range HookIndexKeys(env.Tenant, env.Source, env.Seq) {
+		_ = b.Set(k, nil, nil)
+	}
+	for _, sk := range sinks {
+		_ = b.Set(DeliveryKey(env.Seq, sk.Num), EncodeDelivery(&Delivery{
+			State: StateDue, NextAtMs: dueAtMs, Size: uint32(len(env.Body)), SinkID: sk.ID, ReplayID: replayID,
+		}), nil)
+		_ = b.Set(DueKey(dueAtMs, env.Seq, sk.Num), nil, nil)
+	}
+}

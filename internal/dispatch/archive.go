@@ -1,0 +1,301 @@
+package dispatch
+
+// Archive: with Options.Archive set, hooks the history sweep removes are
+// first written to the archive, which is then their durable copy, and
+// replay jobs of kind "archive" bring them back.
+//
+// Invariants:
+//
+//  1. The sweep deletes a hook's local rows only after archive.Write
+//     returned for a segment holding it (the segment and its catalogue
+//     entry are durable in the object store). A crash or an error between
+//     the two leaves the rows; the next pass picks the same oldest hooks
+//     and writes the same segment key, which the catalogue lists once.
+//  2. An archive replay writes a hook back under its original seq and id
+//     (so its idempotency key is unchanged) with one due delivery per sink
+//     of its source's current configuration, in the batch that moves the
+//     job's cursor past it: a crash neither skips nor doubles a hook. It
+//     does not publish to the intake log (ADR section 1: the archive is the
+//     hook's durable copy). A hook whose id is still local is skipped.
+//  3. The rows a segment is built from are made durable (a WAL sync)
+//     before it is written: a power cut after the segment cannot bring back
+//     an older state of them (a delivery not yet recorded, so delivered and
+//     archived again under another key).
+//  4. A segment that fails its signature or hash fails the job; nothing
+//     from it is written.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ankusa/ankusa/internal/archive"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// Archiver is the archive the sweep writes to and replay reads from
+// (*archive.Archive). Errors: archive.ErrBadSignature and ErrCorrupt are
+// permanent for that object; anything else is worth retrying later.
+type Archiver interface {
+	Write(ctx context.Context, hooks []archive.Hook) (archive.Entry, error)
+	Catalogue(ctx context.Context) (archive.Catalogue, error)
+	ReadSegment(ctx context.Context, e archive.Entry) (archive.Segment, error)
+}
+
+// archiveTimeout bounds one archive write or read.
+const archiveTimeout = time.Minute
+
+// archiveLoop sweeps through the archive until ctx ends: pick, write,
+// then remove on the loop (invariant 1). It runs off the loop so an
+// upload never holds dispatch.
+func (d *Dispatcher) archiveLoop(ctx context.Context) {
+	t := time.NewTimer(d.o.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		more, err := d.archivePass(ctx)
+		if err != nil && ctx.Err() == nil {
+			d.log.Warn("archive sweep failed; the hooks stay local and are retried at the next pass", "err", err)
+			d.archiveErrors.Add(1)
+		}
+		if more && err == nil {
+			t.Reset(time.Millisecond)
+		} else {
+			t.Reset(d.o.SweepInterval)
+		}
+	}
+}
+
+// archivePass archives and removes one segment's worth of due hooks.
+func (d *Dispatcher) archivePass(ctx context.Context) (more bool, err error) {
+	vs, more, err := d.pick(d.o.SegmentBytes)
+	if err != nil || len(vs) == 0 {
+		return false, err
+	}
+	hooks := make([]archive.Hook, 0, len(vs))
+	for _, v := range vs {
+		h, ok, err := d.archived(v)
+		if err != nil {
+			return false, err
+		}
+		if ok { // else its hook is gone or unreadable: the row is just dropped
+			hooks = append(hooks, h)
+		}
+	}
+	if len(hooks) > 0 {
+		if err := d.st.SyncWAL(); err != nil { // invariant 3
+			return false, fmt.Errorf("sync before archiving: %w", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, archiveTimeout)
+		e, err := d.o.Archive.Write(wctx, hooks)
+		cancel()
+		if err != nil {
+			return false, err
+		}
+		d.archivedHooks.Add(int64(len(hooks)))
+		d.log.Debug("archived a segment", "key", e.Key, "hooks", e.Count, "bytes", e.Bytes)
+	}
+	if d.afterArchive != nil {
+		if err := d.afterArchive(); err != nil {
+			return false, err
+		}
+	}
+	var rerr error
+	if err := d.do(ctx, func() { rerr = d.remove(vs, true) }); err != nil {
+		return false, err
+	}
+	return more, rerr
+}
+
+// archived builds the archive record of victim v; ok is false when its
+// hook is gone or unreadable (the retained row is then just dropped).
+func (d *Dispatcher) archived(v victim) (archive.Hook, bool, error) {
+	hv, err := d.st.Get(store.HookKey(v.seq))
+	if err != nil {
+		return archive.Hook{}, false, fmt.Errorf("read hook %d: %w", v.seq, err)
+	}
+	if hv == nil {
+		return archive.Hook{}, false, nil
+	}
+	env, err := store.DecodeEnvelope(hv)
+	if err != nil {
+		d.log.Error("archive: corrupt hook is not archived", "seq", v.seq, "err", err)
+		return archive.Hook{}, false, nil
+	}
+	sinks := map[uint16]string{}
+	p := store.DeliveryPrefix(v.seq)
+	err = d.st.Scan(p, store.PrefixEnd(p), func(k, val []byte) bool {
+		_, num, _ := store.ParseSeqSinkKey(k)
+		if dl, derr := store.DecodeDelivery(val); derr == nil {
+			sinks[num] = dl.SinkID
+		}
+		return true
+	})
+	if err != nil {
+		return archive.Hook{}, false, fmt.Errorf("read deliveries of %d: %w", v.seq, err)
+	}
+	log, err := Attempts(d.st, v.seq, sinks)
+	if err != nil {
+		return archive.Hook{}, false, fmt.Errorf("read attempts of %d: %w", v.seq, err)
+	}
+	h := archive.Hook{Seq: v.seq, ID: uuid.UUID(env.ID).String(), Tenant: env.Tenant, Source: env.Source,
+		ReceivedAtNs: env.ReceivedAt, DeliveredAtMs: v.at, Envelope: hv, Attempts: make([]archive.Attempt, 0, len(log))}
+	for _, a := range log {
+		at, _ := time.Parse(time.RFC3339Nano, a.At)
+		h.Attempts = append(h.Attempts, archive.Attempt{Sink: a.Sink, N: a.N, AtMs: at.UnixMilli(), Result: a.Result,
+			LatencyMs: a.LatencyMs, Error: a.Error, ReplayID: a.ReplayID})
+	}
+	return h, true, nil
+}
+
+// archiveCursor is where an archive job goes on: the segment key and the
+// index of the next hook in it.
+func archiveCursor(c []byte) (key string, idx int) {
+	k, i, ok := strings.Cut(string(c), "\n")
+	if !ok {
+		return "", 0
+	}
+	n, _ := strconv.Atoi(i)
+	return k, n
+}
+
+// stepArchive re-drives up to n archived hooks of j (invariant 2). It reads
+// at most one segment per step, and keeps it for the next steps.
+func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), archiveTimeout)
+	defer cancel()
+	upd := j.Job
+	fail := func(err error) {
+		upd.State, upd.Error = JobFailed, err.Error()
+		upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)
+		b := d.st.NewBatch()
+		defer b.Close()
+		d.putJob(b, &upd)
+		if aerr := d.st.ApplySync(b); aerr != nil {
+			d.log.Warn("replay job write failed", "job", j.ID, "err", aerr)
+			return
+		}
+		j.Job = upd
+		d.log.Error("archive replay failed", "job", j.ID, "err", err)
+	}
+	permanent := func(err error) bool {
+		return errors.Is(err, archive.ErrBadSignature) || errors.Is(err, archive.ErrCorrupt)
+	}
+	cat, err := d.o.Archive.Catalogue(ctx)
+	if err != nil {
+		if permanent(err) {
+			fail(err)
+		} else {
+			d.log.Warn("archive replay: catalogue unreadable; retried next tick", "job", j.ID, "err", err)
+		}
+		return
+	}
+	key, idx := archiveCursor(j.Cursor)
+	sinceNs, untilNs := j.SinceMs*int64(time.Millisecond), (j.UntilMs+1)*int64(time.Millisecond)-1
+	var entry *archive.Entry
+	for i := range cat.Segments {
+		e := &cat.Segments[i]
+		if e.Key < key || (e.Key == key && idx >= e.Count) {
+			continue
+		}
+		if e.Key > key {
+			key, idx = e.Key, 0
+		}
+		if e.MaxReceivedNs < sinceNs || e.MinReceivedNs > untilNs {
+			continue // nothing of the range in it
+		}
+		entry = e
+		break
+	}
+	if entry == nil {
+		upd.State = JobDone
+		upd.Cursor = []byte(key + "\n" + strconv.Itoa(idx))
+		upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)
+		b := d.st.NewBatch()
+		defer b.Close()
+		d.putJob(b, &upd)
+		if err := d.st.ApplySync(b); err != nil {
+			d.log.Warn("replay job write failed", "job", j.ID, "err", err)
+			return
+		}
+		j.Job, j.seg = upd, nil
+		return
+	}
+	if j.seg == nil || j.seg.Key != entry.Key {
+		seg, err := d.o.Archive.ReadSegment(ctx, *entry)
+		if err != nil {
+			if permanent(err) {
+				fail(err) // the error names the segment
+			} else {
+				d.log.Warn("archive replay: segment unreadable; retried next tick", "job", j.ID, "key", entry.Key, "err", err)
+			}
+			return
+		}
+		j.seg = &seg
+	}
+	nowMs := now.UnixMilli()
+	b := d.st.NewBatch()
+	defer b.Close()
+	moved, skipped, deliveries, used := 0, 0, 0, 0
+	seen := map[[16]byte]bool{}
+	for ; idx < len(j.seg.Hooks) && used < n; idx++ {
+		h := j.seg.Hooks[idx]
+		if h.ReceivedAtNs < sinceNs || h.ReceivedAtNs > untilNs {
+			continue
+		}
+		used++
+		env, err := store.DecodeEnvelope(h.Envelope)
+		if err != nil || env.Seq != h.Seq || (j.SourceID != "" && env.Source != j.SourceID) {
+			skipped++
+			continue
+		}
+		local, err := d.st.Get(store.HookIDKey(env.ID))
+		if err != nil {
+			return
+		}
+		occupied, err := d.st.Get(store.HookKey(env.Seq))
+		if err != nil {
+			return
+		}
+		if local != nil || occupied != nil || seen[env.ID] {
+			skipped++ // still in local history: resend it instead
+			continue
+		}
+		sinks, ok := d.o.Route(env.Source)
+		if !ok || len(sinks) == 0 {
+			d.log.Warn("archive replay: the hook's source has no sinks now; skipped", "job", j.ID, "id", h.ID, "source", env.Source)
+			skipped++
+			continue
+		}
+		seen[env.ID] = true
+		b.PutRestoredHook(env, h.Envelope, sinks, nowMs, j.ID)
+		moved++
+		deliveries += len(sinks)
+	}
+	upd.Cursor = []byte(entry.Key + "\n" + strconv.Itoa(idx))
+	upd.Moved += int64(moved)
+	upd.Skipped += int64(skipped)
+	upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)
+	// The cursor rides in the batch that writes the hooks it passed.
+	d.putJob(b, &upd)
+	if err := d.st.Apply(b); err != nil {
+		d.log.Warn("archive replay step failed", "job", j.ID, "err", err)
+		return
+	}
+	j.Job = upd
+	j.tokens -= float64(used)
+	if moved > 0 {
+		d.noteDue(nowMs)
+		d.o.OnRestore(moved, deliveries)
+		d.Wake()
+	}
+}

@@ -1,0 +1,301 @@
+package dispatch_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/google/uuid"
+
+	"github.com/ankusa/ankusa/internal/archive"
+	"github.com/ankusa/ankusa/internal/backup"
+	"github.com/ankusa/ankusa/internal/dispatch"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/sink"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+var archiveKey = []byte("dispatch-archive-test-key")
+
+// fileArchive is an archive on a file:// location in a temp dir (the
+// backup package's file store, as archive.url: file:///… opens it).
+func fileArchive(t *testing.T, dir string) (*archive.Archive, backup.Store) {
+	t.Helper()
+	bs, err := backup.NewFileStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := archive.New(archive.Options{Store: bs, Prefix: "node-1", SigningKey: archiveKey, Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, bs
+}
+
+func routeOut(source string) ([]store.DueSink, bool) {
+	return []store.DueSink{{Num: 0, ID: "out"}}, source == "src"
+}
+
+func archiveOptions(clk *clock, a dispatch.Archiver) dispatch.Options {
+	return dispatch.Options{Retention: time.Hour, SweepInterval: 5 * time.Millisecond, Now: clk.now,
+		Archive: a, Route: routeOut}
+}
+
+func catalogue(t *testing.T, dir string) archive.Catalogue {
+	t.Helper()
+	a, _ := fileArchive(t, dir) // a fresh reader: what is on the disk
+	c, err := a.Catalogue(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func waitJob(t *testing.T, d *dispatch.Dispatcher, id, state string) dispatch.Job {
+	t.Helper()
+	var j dispatch.Job
+	testutil.Eventually(t, 10*time.Second, "job "+state, func() bool {
+		var err error
+		j, err = d.GetJob(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.State == state
+	})
+	return j
+}
+
+func nextMessage(t *testing.T, s *scriptedSink) *sink.Message {
+	t.Helper()
+	select {
+	case m := <-s.seen:
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delivery")
+		return nil
+	}
+}
+
+// End to end on file://: a delivered hook past its retention is archived,
+// its local rows go, the listing no longer has it, and an archive replay
+// delivers it again with the same id and idempotency key.
+func TestArchive_SweepThenReplay(t *testing.T) {
+	clk := &clock{}
+	dir := t.TempDir()
+	a, _ := fileArchive(t, dir)
+	s := newScripted()
+	e := setup(t, s, archiveOptions(clk, a))
+	res := e.submit(t, "archived body", "order-7")
+	first := nextMessage(t, s)
+	wantState(t, e.d, 1, "delivered")
+
+	clk.advance(61 * time.Minute)
+	testutil.Eventually(t, 10*time.Second, "hook archived and removed", func() bool {
+		n, _ := e.st.Count([]byte{store.PrefixHook})
+		return n == 0
+	})
+	for fam, n := range rows(t, e.st) {
+		if n != 0 {
+			t.Errorf("family %q: %d rows left after the archive sweep", fam, n)
+		}
+	}
+	if hs, _, err := e.d.Hooks(dispatch.HookFilter{}); err != nil || len(hs) != 0 {
+		t.Fatalf("listing after the sweep = %v, %v; want empty", hs, err)
+	}
+	cat := catalogue(t, dir)
+	if len(cat.Segments) != 1 || cat.Segments[0].Count != 1 || cat.Segments[0].FirstSeq != res.Seq {
+		t.Fatalf("catalogue = %+v, want one segment holding seq %d", cat.Segments, res.Seq)
+	}
+	if g := e.d.Gauges(); g.ArchivedHooks != 1 || g.HistoryHooks != 0 {
+		t.Fatalf("gauges = %+v", g)
+	}
+
+	j, err := e.d.CreateJob(context.Background(), dispatch.JobSpec{Kind: "archive",
+		Since: time.Now().Add(-time.Hour), Until: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := nextMessage(t, s)
+	if again.ID != first.ID || again.IdempotencyKey() != first.IdempotencyKey() || !bytes.Equal(again.Body, first.Body) {
+		t.Fatalf("replayed %s (%s, %q), want %s (%s, %q)", again.ID, again.IdempotencyKey(), again.Body,
+			first.ID, first.IdempotencyKey(), first.Body)
+	}
+	if again.ReplayID != j.ID {
+		t.Fatalf("replay id = %q, want the job's %q", again.ReplayID, j.ID)
+	}
+	if done := waitJob(t, e.d, j.ID, dispatch.JobDone); done.Moved != 1 || done.Skipped != 0 {
+		t.Fatalf("job = %+v, want 1 moved", done)
+	}
+	hs := wantState(t, e.d, 1, "delivered")
+	if hs[0].ID != uuid.UUID(res.ID).String() || hs[0].Seq != res.Seq {
+		t.Fatalf("listed %+v, want id %s seq %d", hs[0], uuid.UUID(res.ID), res.Seq)
+	}
+
+	// A range that holds nothing replays nothing.
+	j2, err := e.d.CreateJob(context.Background(), dispatch.JobSpec{Kind: "archive",
+		Since: time.Now().Add(-3 * time.Hour), Until: time.Now().Add(-2 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done := waitJob(t, e.d, j2.ID, dispatch.JobDone); done.Moved != 0 {
+		t.Fatalf("out-of-range job moved %d", done.Moved)
+	}
+}
+
+// A segment changed in the object store is refused by replay: the job
+// fails naming the signature, and nothing of it is written back.
+func TestArchive_TamperedSegmentRefused(t *testing.T) {
+	clk := &clock{}
+	dir := t.TempDir()
+	a, bs := fileArchive(t, dir)
+	s := newScripted()
+	e := setup(t, s, archiveOptions(clk, a))
+	e.submit(t, "original body", "")
+	nextMessage(t, s)
+	wantState(t, e.d, 1, "delivered")
+	clk.advance(61 * time.Minute)
+	testutil.Eventually(t, 10*time.Second, "hook archived", func() bool {
+		n, _ := e.st.Count([]byte{store.PrefixHook})
+		return n == 0
+	})
+	key := catalogue(t, dir).Segments[0].Key
+	r, err := bs.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, _ := io.ReadAll(r)
+	_ = r.Close()
+	// Flip one byte inside the signed payload (not the signature).
+	i := bytes.Index(obj, []byte(`"tenant":"default"`))
+	if i < 0 {
+		t.Fatal("test did not find the tenant to tamper with")
+	}
+	obj[i+len(`"tenant":"`)] = 'D'
+	if err := bs.Put(context.Background(), key, bytes.NewReader(obj)); err != nil {
+		t.Fatal(err)
+	}
+	j, err := e.d.CreateJob(context.Background(), dispatch.JobSpec{Kind: "archive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := waitJob(t, e.d, j.ID, dispatch.JobFailed)
+	if !strings.Contains(failed.Error, "signature") || failed.Moved != 0 {
+		t.Fatalf("job = %+v, want failed on the signature, nothing moved", failed)
+	}
+	if n, _ := e.st.Count([]byte{store.PrefixHook}); n != 0 {
+		t.Fatalf("%d hooks written back from a tampered segment", n)
+	}
+}
+
+// A power cut between the segment upload and the local delete loses
+// nothing (the rows are still there) and archives nothing twice: the
+// restarted sweep writes the same segment key again, with the hooks
+// delivered since, and the catalogue lists each hook once.
+func TestArchive_CrashBetweenUploadAndDelete(t *testing.T) {
+	clk := &clock{}
+	dir := t.TempDir()
+	fs := vfs.NewCrashableMem()
+	st := testutil.OpenStore(t, "store", fs)
+	var d *dispatch.Dispatcher
+	q := testutil.StartQueue(t, st, queue.Options{OnDurable: func() {
+		if d != nil {
+			d.Wake()
+		}
+	}})
+	a, _ := fileArchive(t, dir)
+	o := archiveOptions(clk, a)
+	o.Targets = map[uint16]dispatch.Target{0: {ID: "out", Sink: newScripted()}}
+	o.Durable, o.OnReclaim, o.Poll, o.Logger = q.Durable, q.Reclaimed, 10*time.Millisecond, testutil.Logger(t)
+	d = dispatch.New(st, o)
+	crashed := make(chan *vfs.MemFS, 1)
+	errCrash := errors.New("power cut")
+	dispatch.SetAfterArchive(d, func() error {
+		select {
+		case crashed <- fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0}):
+		default:
+		}
+		return errCrash // nothing after the upload happens
+	})
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{st: st, q: q, d: d}
+	want := map[uint64]bool{}
+	for _, b := range []string{"one", "two", "three"} {
+		want[e.submit(t, b, "").Seq] = true
+	}
+	wantState(t, d, 3, "delivered")
+	clk.advance(61 * time.Minute)
+	var disk *vfs.MemFS
+	select {
+	case disk = <-crashed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no segment written")
+	}
+	d.Stop()
+	if c := catalogue(t, dir); len(c.Segments) != 1 || c.Segments[0].Count != 3 {
+		t.Fatalf("catalogue after the upload = %+v", c.Segments)
+	}
+
+	st2 := testutil.OpenStore(t, "store", disk)
+	var d2 *dispatch.Dispatcher
+	q2 := testutil.StartQueue(t, st2, queue.Options{OnDurable: func() {
+		if d2 != nil {
+			d2.Wake()
+		}
+	}})
+	if n, _ := st2.Count([]byte{store.PrefixRetained}); n != 3 {
+		t.Fatalf("after the crash %d retained hooks, want the 3 still local", n)
+	}
+	a2, _ := fileArchive(t, dir) // the restarted process reads the catalogue again
+	o2 := archiveOptions(clk, a2)
+	o2.Targets = map[uint16]dispatch.Target{0: {ID: "out", Sink: newScripted()}}
+	o2.Durable, o2.OnReclaim, o2.Poll, o2.Logger = q2.Durable, q2.Reclaimed, 10*time.Millisecond, testutil.Logger(t)
+	o2.SweepInterval = time.Hour // hold the sweep until a fourth hook is delivered too
+	d2 = dispatch.New(st2, o2)
+	if err := d2.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d2.Stop)
+	e2 := &env{st: st2, q: q2, d: d2}
+	want[e2.submit(t, "four", "").Seq] = true
+	wantState(t, d2, 4, "delivered")
+	d2.Stop()
+	clk.advance(61 * time.Minute)
+	o2.SweepInterval = 5 * time.Millisecond
+	d3 := dispatch.New(st2, o2)
+	if err := d3.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d3.Stop)
+	testutil.Eventually(t, 10*time.Second, "every hook archived and removed", func() bool {
+		n, _ := st2.Count([]byte{store.PrefixHook})
+		return n == 0
+	})
+	seen := map[uint64]int{}
+	ar, _ := fileArchive(t, dir)
+	c := catalogue(t, dir)
+	for _, en := range c.Segments {
+		seg, err := ar.ReadSegment(context.Background(), en)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range seg.Hooks {
+			seen[h.Seq]++
+		}
+	}
+	for seq := range want {
+		if seen[seq] != 1 {
+			t.Errorf("seq %d archived %d times, want once", seq, seen[seq])
+		}
+	}
+	if len(seen) != len(want) {
+		t.Errorf("archive holds seqs %v, want %v", seen, want)
+	}
+}
