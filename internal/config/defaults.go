@@ -126,6 +126,7 @@ func Default() *Config {
 // value should reach Validate rather than be silently replaced.
 func applyDefaults(c *Config, given func(key string) bool) {
 	applyBackupDefaults(c, given)
+	applyArchiveDefaults(c, given)
 	n := &c.Node
 	if !given("node.instance") {
 		n.Instance = hostname()

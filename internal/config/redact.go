@@ -22,6 +22,7 @@ func shownInClear() []string {
 		"backup.primary",
 		"backup.secondary",
 		"backup.prefix",
+		"archive.url",
 		"intake.kafka.brokers[]",
 		"intake.kafka.topic",
 		"intake.kafka.sasl.mechanism",

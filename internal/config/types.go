@@ -32,6 +32,8 @@ type Config struct {
 	Retry    RetryConfig    `yaml:"retry" json:"retry"`
 	// Retention keeps delivered hooks (history) for a while.
 	Retention RetentionConfig `yaml:"retention" json:"retention"`
+	// Archive keeps delivered hooks past their retention in an object store.
+	Archive ArchiveConfig `yaml:"archive" json:"archive"`
 	// Quarantine bounds the pen of hooks that failed verification on a
 	// source with on_verify_failure: quarantine.
 	Quarantine QuarantineConfig `yaml:"quarantine" json:"quarantine"`

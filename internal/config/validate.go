@@ -34,6 +34,7 @@ func (c *Config) Validate() error {
 	c.validateDispatch(v)
 	c.validateRetry(v)
 	c.validateRetention(v)
+	c.validateArchive(v)
 	c.validateSourceStore(v)
 	c.validateSources(v)
 	c.validateQuarantine(v)
