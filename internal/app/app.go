@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ankusa/ankusa/internal/admin"
+	"github.com/ankusa/ankusa/internal/archive"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dedupe"
 	"github.com/ankusa/ankusa/internal/direct"
@@ -96,8 +97,11 @@ type Instance struct {
 	// recovering: boot recovery is running; ingest and /ready answer 503.
 	recovering atomic.Bool
 	backups    *backupLoop // nil unless backup.enabled
-	limiter    *ratelimit.GCRA
-	sources    *edge.Registry
+	// archive and closeArchive are nil unless archive.enabled.
+	archive      *archive.Archive
+	closeArchive func()
+	limiter      *ratelimit.GCRA
+	sources      *edge.Registry
 	// fleet and settler are nil unless dedupe.scope: fleet.
 	fleet   *dedupe.FleetClaims
 	settler *dedupe.Settler
@@ -254,6 +258,17 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	}
 	// in.sources is set below, before anything runs; the release reads it late.
 	release := quarantine.NewRelease(pen, func(id string) (*edge.Source, bool) { return in.sources.Get(id) }, q)
+	var arch dispatch.Archiver
+	if cfg.Archive.Enabled {
+		in.archive, in.closeArchive, err = openArchive(context.Background(), cfg, o.Logger)
+		if err != nil {
+			closeTargets(targets)
+			in.closeIntake()
+			_ = st.Close()
+			return nil, err
+		}
+		arch = in.archive
+	}
 	dc, rc := cfg.Dispatch, cfg.Retry
 	disp = dispatch.New(st, dispatch.Options{
 		Concurrency:      dc.Concurrency,
@@ -272,12 +287,17 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		Retention:         cfg.Retention.DeliveredDuration(),
 		RetentionMaxBytes: cfg.Retention.MaxBytes,
 		SweepInterval:     time.Duration(cfg.Retention.SweepIntervalMs) * time.Millisecond,
-		Targets:           targets,
-		Release:           release,
-		Durable:           q.Durable,
-		OnReclaim:         q.Reclaimed,
-		Observer:          in.metrics,
-		Logger:            o.Logger,
+		Archive:           arch,
+		SegmentBytes:      cfg.Archive.SegmentBytes,
+		// in.sources is set below, before anything runs.
+		Route:     archiveRoute(func() *edge.Registry { return in.sources }),
+		OnRestore: q.Restored,
+		Targets:   targets,
+		Release:   release,
+		Durable:   q.Durable,
+		OnReclaim: q.Reclaimed,
+		Observer:  in.metrics,
+		Logger:    o.Logger,
 	})
 	in.disp = disp
 	in.metrics.WatchDispatch(disp.Gauges)
@@ -582,6 +602,9 @@ func (in *Instance) Stop(ctx context.Context) error {
 		// A clean stop leaves a final backup: its offset is the log head,
 		// so a replacement replays nothing it did not need to.
 		errs = append(errs, in.backups.stop(ctx))
+	}
+	if in.closeArchive != nil {
+		in.closeArchive()
 	}
 	closeTargets(in.targets)
 	in.closeIntake()

@@ -265,6 +265,13 @@ func (q *Queue) Reclaimed(hooks, deliveries int) {
 	q.writer.deliveries.Add(^uint64(deliveries - 1))
 }
 
+// Restored raises the counters after an archive replay wrote hooks back
+// under their original seqs (dispatch archive.go).
+func (q *Queue) Restored(hooks, deliveries int) {
+	q.writer.hooks.Add(uint64(hooks))
+	q.writer.deliveries.Add(uint64(deliveries))
+}
+
 // ReportStoreFailure fences the queue after a failure found outside the
 // commit path (the readiness probe's synced write): the store must not be
 // written again before the reopen and cleanup. Several reports make one fence.
