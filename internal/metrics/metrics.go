@@ -306,6 +306,8 @@ var (
 	descOldest   = prometheus.NewDesc("ankusa_queue_oldest_due_age_seconds", "How long the oldest due row has waited (dispatch lag).", nil, nil)
 	descHistHook = prometheus.NewDesc("ankusa_history_hooks", "Delivered hooks kept by retention.delivered.", nil, nil)
 	descHistByte = prometheus.NewDesc("ankusa_history_bytes", "Body bytes of the delivered hooks kept; bounded by retention.max_bytes (the oldest go first past it).", nil, nil)
+	descArchived = prometheus.NewDesc("ankusa_archive_hooks_total", "Delivered hooks written to the archive (archive.enabled) since start.", nil, nil)
+	descArchErrs = prometheus.NewDesc("ankusa_archive_errors_total", "Archive sweep passes that failed; their hooks stay local and are retried.", nil, nil)
 )
 
 func (c *dispatchCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -315,6 +317,8 @@ func (c *dispatchCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descOldest
 	ch <- descHistHook
 	ch <- descHistByte
+	ch <- descArchived
+	ch <- descArchErrs
 }
 
 func (c *dispatchCollector) Collect(ch chan<- prometheus.Metric) {
@@ -325,6 +329,8 @@ func (c *dispatchCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, g.OldestDueAge.Seconds())
 	ch <- prometheus.MustNewConstMetric(descHistHook, prometheus.GaugeValue, float64(g.HistoryHooks))
 	ch <- prometheus.MustNewConstMetric(descHistByte, prometheus.GaugeValue, float64(g.HistoryBytes))
+	ch <- prometheus.MustNewConstMetric(descArchived, prometheus.CounterValue, float64(g.ArchivedHooks))
+	ch <- prometheus.MustNewConstMetric(descArchErrs, prometheus.CounterValue, float64(g.ArchiveErrors))
 }
 
 // Dual reports through this interface.
