@@ -44,6 +44,11 @@ func TestServe_BadConfigExits78(t *testing.T) {
 			wantKeys: []string{"http.port"},
 		},
 		{
+			name:     "archive without retention, url or key",
+			yaml:     "archive: {enabled: true}\n" + validSources,
+			wantKeys: []string{"archive.url", "retention.delivered", "archive.signing_key"},
+		},
+		{
 			name:     "batch above range",
 			yaml:     "batcher: {max_batch: 20000}\n" + validSources,
 			wantKeys: []string{"batcher.max_batch"},
