@@ -11,13 +11,15 @@ import (
 
 	"github.com/ankusa/ankusa/internal/archive"
 	"github.com/ankusa/ankusa/internal/backup"
+	"github.com/ankusa/ankusa/internal/testutil/s3fake"
 )
 
 var key = []byte("archive-test-signing-key")
 
 // locations are the blob stores an archive runs on: the crash-safe file
-// store of file:// and gocloud's in-memory bucket, which stands in for s3://
-// (the same blobStore adapter; no S3 endpoint runs here).
+// store of file://, s3:// opened by backup.OpenBucket against gofakes3 (an
+// in-process S3-compatible fake: no real S3 can be reached here), and
+// gocloud's in-memory bucket through the same adapter.
 var locations = []struct {
 	name string
 	open func(t *testing.T) backup.Store
@@ -28,6 +30,14 @@ var locations = []struct {
 			t.Fatal(err)
 		}
 		return s
+	}},
+	{"s3", func(t *testing.T) backup.Store {
+		b, err := backup.OpenBucket(context.Background(), s3fake.New(t).Bucket(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		return b
 	}},
 	{"memblob", func(t *testing.T) backup.Store {
 		b := memblob.OpenBucket(nil)
