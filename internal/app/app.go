@@ -259,6 +259,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	// in.sources is set below, before anything runs; the release reads it late.
 	release := quarantine.NewRelease(pen, func(id string) (*edge.Source, bool) { return in.sources.Get(id) }, q)
 	var arch dispatch.Archiver
+	built := false // set just before New returns the instance
 	if cfg.Archive.Enabled {
 		in.archive, in.closeArchive, err = openArchive(context.Background(), cfg, o.Logger)
 		if err != nil {
@@ -268,6 +269,11 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 			return nil, err
 		}
 		arch = in.archive
+		defer func() {
+			if !built {
+				in.closeArchive() // New failed after the bucket was opened
+			}
+		}()
 	}
 	dc, rc := cfg.Dispatch, cfg.Retry
 	disp = dispatch.New(st, dispatch.Options{
@@ -410,6 +416,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		return nil, err
 	}
 	in.ingestOpts.TLS, in.adminOpts.TLS = ingestTLS, adminTLS
+	built = true
 	return in, nil
 }
 
