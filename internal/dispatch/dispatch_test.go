@@ -29,10 +29,15 @@ type scriptedSink struct {
 	got      []*sink.Message
 	block    chan struct{} // non-nil: attempts wait for it to close (or ctx)
 	seen     chan *sink.Message
+	// entered receives one value per attempt that reached the sink and is
+	// waiting on block: a test that needs a delivery "in the sink's hands"
+	// waits for it instead of for the claim, which comes before the
+	// attempt's own store read.
+	entered chan struct{}
 }
 
 func newScripted(script ...error) *scriptedSink {
-	return &scriptedSink{script: script, seen: make(chan *sink.Message, 1024)}
+	return &scriptedSink{script: script, seen: make(chan *sink.Message, 1024), entered: make(chan struct{}, 1024)}
 }
 
 func (s *scriptedSink) Deliver(ctx context.Context, m *sink.Message) error {
@@ -40,6 +45,7 @@ func (s *scriptedSink) Deliver(ctx context.Context, m *sink.Message) error {
 	block := s.block
 	s.mu.Unlock()
 	if block != nil {
+		s.entered <- struct{}{}
 		select {
 		case <-block:
 		case <-ctx.Done():

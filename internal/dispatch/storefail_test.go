@@ -59,7 +59,18 @@ func TestDispatch_DeliveryFinishingWhileTheStoreCannotReopenDoesNotPanic(t *test
 	e := &env{st: st, q: q, d: disp, gate: gate}
 
 	e.submit(t, "in flight", "")
-	testutil.Eventually(t, 10*time.Second, "the delivery claimed", func() bool { return count(t, st, store.PrefixInflight) == 1 })
+	// Wait until the sink holds the attempt, not merely until the row is
+	// claimed: the attempt reads the hook from the store after the claim,
+	// and under load that read could land in the window below and fail the
+	// attempt before it reaches the sink.
+	select {
+	case <-s.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery never reached the sink")
+	}
+	if n := count(t, st, store.PrefixInflight); n != 1 {
+		t.Fatalf("inflight rows while the sink holds the attempt = %d, want 1", n)
+	}
 
 	// The next fsync fails and every reopen fails with it.
 	gate.FailOpens(true)
