@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -106,4 +107,62 @@ func TestDispatch_DeliveryFinishingWhileTheStoreCannotReopenDoesNotPanic(t *test
 		t.Fatalf("apply in the window: %v, want store.ErrFailed", err)
 	}
 	_ = b.Close()
+}
+
+// A claim whose write fails leaves its rows due, and the scan cursor must
+// not pass them. Before the fix the cursor moved to the last row the
+// failed scan visited, so the earlier rows of that claim were never
+// scanned again (until a restart re-scanned from zero): a due hook no
+// longer delivered. Here the claim write fails because Pebble recorded a
+// fatal error (a failed WAL fsync); the store then comes back by Reopen,
+// as the queue's fence does it.
+func TestDispatch_FailedClaimKeepsTheCursorAtOrBelowItsRows(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	// Two hooks due at two distinct milliseconds in the past.
+	var clock atomic.Int64
+	base := time.Now().Add(-time.Minute)
+	clock.Store(base.UnixNano())
+	q := testutil.StartQueue(t, st, queue.Options{Now: func() time.Time { return time.Unix(0, clock.Load()) }})
+	e := &env{st: st, q: q}
+	first := e.submit(t, "first", "")
+	clock.Store(base.Add(50 * time.Millisecond).UnixNano())
+	second := e.submit(t, "second", "")
+
+	// The next write fails: Scan still reads, every Apply is refused.
+	gate.FailNext(1)
+	if err := st.SyncWAL(); err == nil {
+		t.Fatal("the injected fsync failure did not fail SyncWAL")
+	}
+	if st.Failed() == nil {
+		t.Fatal("the store did not record the failed fsync")
+	}
+
+	rec := testutil.NewLogRecorder()
+	s := newScripted()
+	d := dispatch.New(st, dispatch.Options{
+		Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
+		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: slog.New(rec),
+		Poll: 10 * time.Millisecond,
+	})
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	testutil.Eventually(t, 10*time.Second, "a claim refused by the failed store", func() bool {
+		return len(rec.Matching("claim failed", "rows=2")) > 0
+	})
+	if err := st.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]bool{}
+	deadline := time.After(10 * time.Second)
+	for !got[first.Seq] || !got[second.Seq] {
+		select {
+		case m := <-s.seen:
+			got[m.Seq] = true
+		case <-deadline:
+			t.Fatalf("delivered seqs %v after the store came back, want %d and %d", got, first.Seq, second.Seq)
+		}
+	}
 }
