@@ -307,3 +307,72 @@ func TestRetentionSurvivesRestart(t *testing.T) {
 		t.Fatalf("gauges after a restart: %d hooks, %d bytes", g.HistoryHooks, g.HistoryBytes)
 	}
 }
+
+// Invariant 1 finds a retained row again from the hook alone, at the
+// newest NextAtMs of its delivery rows. When the clock steps back between
+// two sinks' deliveries (an NTP step), the last outcome's time is not the
+// newest: before the fix the retained row was written at it anyway, the
+// boot sweep then found no retained row where invariant 1 put it and
+// deleted a hook retention must keep.
+func TestRetainedHookSurvivesABootSweepAfterTheClockSteppedBack(t *testing.T) {
+	var c clock
+	c.advance(time.Minute) // every due row is in the dispatcher's past
+	first, second := newScripted(), newScripted()
+	second.block = make(chan struct{})
+	targets := map[uint16]dispatch.Target{0: {ID: "a", Sink: first}, 1: {ID: "b", Sink: second}}
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	var d atomic.Pointer[dispatch.Dispatcher]
+	q := testutil.StartQueue(t, st, queue.Options{OnDurable: func() {
+		if p := d.Load(); p != nil {
+			p.Wake()
+		}
+	}})
+	opts := dispatch.Options{Targets: targets, Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: testutil.Logger(t),
+		Poll: 10 * time.Millisecond, Retention: time.Hour, Now: c.now}
+	d1 := dispatch.New(st, opts)
+	d.Store(d1)
+	if err := d1.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
+		Body: []byte("kept"), Sinks: []queue.SinkRef{{Num: 0, ID: "a"}, {Num: 1, ID: "b"}}}
+	res, err := q.Submit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sink a's outcome is recorded first, then the clock steps back before
+	// sink b's.
+	first.next(t)
+	select {
+	case <-second.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("sink b never got its attempt")
+	}
+	testutil.Eventually(t, 10*time.Second, "sink a's delivery recorded", func() bool {
+		v, err := st.Get(store.DeliveryKey(res.Seq, 0))
+		if err != nil || v == nil {
+			return false
+		}
+		dl, err := store.DecodeDelivery(v)
+		return err == nil && dl.State == store.StateDelivered
+	})
+	c.advance(-time.Second)
+	close(second.block)
+	second.next(t)
+	testutil.Eventually(t, 10*time.Second, "the hook retained", func() bool { return count(t, st, store.PrefixRetained) == 1 })
+	d1.Stop()
+
+	// A restart: its boot sweep must keep the retained hook.
+	d2 := dispatch.New(st, opts)
+	d.Store(d2)
+	if err := d2.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d2.Stop)
+	if n := count(t, st, store.PrefixHook); n != 1 {
+		t.Fatalf("hooks after the boot sweep = %d, want 1 (retention.delivered keeps it for an hour)", n)
+	}
+	if g := d2.Gauges(); g.HistoryHooks != 1 {
+		t.Fatalf("history hooks gauge = %d, want 1", g.HistoryHooks)
+	}
+}

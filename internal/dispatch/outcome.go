@@ -173,6 +173,10 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, seqs []uint64, done ma
 		seen[seq] = true
 		var keys [][]byte
 		all := true
+		// The retained row's time is the newest NextAtMs of the hook's rows
+		// (history.go invariant 1), which is not nowMs when the clock
+		// stepped back since an earlier sink's delivery.
+		deliveredAt := nowMs
 		p := store.DeliveryPrefix(seq)
 		err := d.st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool {
 			if s, num, ok := store.ParseSeqSinkKey(k); ok && done[rowRef{s, num}] > 0 {
@@ -184,6 +188,7 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, seqs []uint64, done ma
 				all = false
 				return false
 			}
+			deliveredAt = max(deliveredAt, dl.NextAtMs)
 			keys = append(keys, append([]byte(nil), k...))
 			return true
 		})
@@ -193,7 +198,7 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, seqs []uint64, done ma
 		if d.o.Retention > 0 {
 			if hv, err := d.st.Get(store.HookKey(seq)); err == nil && hv != nil {
 				if env, err := store.DecodeEnvelope(hv); err == nil {
-					d.keep(b, seq, nowMs, len(env.Body))
+					d.keep(b, seq, deliveredAt, len(env.Body))
 					kept++
 					keptBytes += int64(len(env.Body))
 				}
