@@ -166,3 +166,80 @@ func TestDispatch_FailedClaimKeepsTheCursorAtOrBelowItsRows(t *testing.T) {
 		}
 	}
 }
+
+// An outcome that cannot be written (the store is being reopened by the
+// queue's fence) leaves its row inflight in the store. A fence that
+// recovers never restarts the node, so the outcome must be written once the
+// store is back: the hook is then reclaimed, with no restart and no row
+// left inflight. (Before main's 24a3cbb the row stayed inflight until the
+// next start.)
+func TestDispatch_OutcomeLostToAStoreFaultIsRecordedOnceTheStoreIsBack(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	t.Cleanup(func() { gate.FailOpens(false); gate.ReleaseAll() })
+	var d atomic.Pointer[dispatch.Dispatcher]
+	q := testutil.StartQueue(t, st, queue.Options{
+		// Slow enough retries that the fence is still trying (not given up)
+		// when the disk comes back below.
+		FenceRetry: time.Second,
+		OnDurable: func() {
+			if p := d.Load(); p != nil {
+				p.Wake()
+			}
+		},
+	})
+	rec := testutil.NewLogRecorder()
+	s := newScripted()
+	block := make(chan struct{})
+	s.block = block
+	disp := dispatch.New(st, dispatch.Options{
+		Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
+		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: slog.New(rec),
+		Poll: 10 * time.Millisecond,
+	})
+	d.Store(disp)
+	if err := disp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(disp.Stop)
+	e := &env{st: st, q: q, d: disp, gate: gate}
+	res := e.submit(t, "stranded", "")
+	select {
+	case <-s.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery never reached the sink")
+	}
+
+	// A failed fsync fences the queue and its reopens fail for a while.
+	gate.FailOpens(true)
+	gate.FailNext(1)
+	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
+		Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+	if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
+		t.Fatalf("submit over the failing fsync: %v, want store_unavailable", err)
+	}
+	testutil.Eventually(t, 10*time.Second, "a failed reopen (no DB generation open)", func() bool {
+		return errors.Is(st.Failed(), store.ErrClosed)
+	})
+	// The attempt ends in the window; its outcome cannot be written.
+	close(block)
+	if m := s.next(t); m.Seq != res.Seq {
+		t.Fatalf("first attempt for seq %d, want %d", m.Seq, res.Seq)
+	}
+	testutil.Eventually(t, 10*time.Second, "the outcome write refused by the failed store", func() bool {
+		return len(rec.Matching("recording delivery outcomes failed")) > 0
+	})
+
+	// The disk comes back; the fence reopens and lifts. The outcome is
+	// written and the delivered hook reclaimed, with no restart.
+	gate.FailOpens(false)
+	testutil.Eventually(t, 10*time.Second, "the hook reclaimed once the store is back", func() bool {
+		// The fence may still be reopening: an error is "not yet".
+		hooks, herr := st.Count([]byte{store.PrefixHook})
+		inflight, ierr := st.Count([]byte{store.PrefixInflight})
+		return herr == nil && ierr == nil && hooks == 0 && inflight == 0
+	})
+	if g := disp.Gauges(); g.Inflight != 0 {
+		t.Fatalf("inflight gauge after the outcome was written = %d, want 0", g.Inflight)
+	}
+}
