@@ -153,6 +153,17 @@ func (d *Dispatcher) remove(vs []victim, recheck bool) error {
 			d.log.Error("history sweep: corrupt hook; its retained row is dropped, the hook kept", "seq", v.seq, "err", err)
 			continue
 		}
+		pending, err := d.undelivered(v.seq)
+		if err != nil {
+			return fmt.Errorf("read deliveries of hook %d: %w", v.seq, err)
+		}
+		if pending {
+			// Invariant 3 broken somewhere: never remove a hook with a
+			// delivery still to make. Its retained row goes (it is stale);
+			// the hook stays and is retained again once delivered.
+			d.log.Error("history sweep: a retained hook has an undelivered delivery; its retained row is dropped, the hook kept", "seq", v.seq)
+			continue
+		}
 		keys, err := d.st.HookRowKeys(env)
 		if err != nil {
 			return fmt.Errorf("read rows of hook %d: %w", v.seq, err)
@@ -176,6 +187,21 @@ func (d *Dispatcher) remove(vs []victim, recheck bool) error {
 	d.retainedBytes.Add(-bytes)
 	d.o.OnReclaim(hooks, rows)
 	return nil
+}
+
+// undelivered reports whether hook seq has a delivery row that is not
+// delivered (or cannot be read as one).
+func (d *Dispatcher) undelivered(seq uint64) (bool, error) {
+	pending := false
+	p := store.DeliveryPrefix(seq)
+	err := d.st.Scan(p, store.PrefixEnd(p), func(_, v []byte) bool {
+		if dl, err := store.DecodeDelivery(v); err != nil || dl.State != store.StateDelivered {
+			pending = true
+			return false
+		}
+		return true
+	})
+	return pending, err
 }
 
 // Errors of Resend.
@@ -277,8 +303,10 @@ func (d *Dispatcher) resend(id [16]byte, sinkID string) (ResendResult, error) {
 	defer b.Close()
 	var retainedKey []byte
 	var retainedSize int64
-	if retained && d.o.Retention > 0 {
-		// The hook leaves the retained set until it is delivered again.
+	if retained {
+		// The hook leaves the retained set until it is delivered again —
+		// also with retention now off: a row an earlier run kept would
+		// otherwise let the sweep remove the hook under its resent delivery.
 		k := store.RetainedKey(retainedAt, seq)
 		rv, err := d.st.Get(k)
 		if err != nil {

@@ -376,3 +376,58 @@ func TestRetainedHookSurvivesABootSweepAfterTheClockSteppedBack(t *testing.T) {
 		t.Fatalf("history hooks gauge = %d, want 1", g.HistoryHooks)
 	}
 }
+
+// A resend takes the hook out of the retained set (invariant 3) whatever
+// retention is set to now: a retained row left by an earlier run with
+// retention on must go with it. Before the fix resend removed it only while
+// Retention > 0, and with retention since turned off the sweep then
+// removed the hook whose resent delivery was still pending.
+func TestResendAfterRetentionWasTurnedOffKeepsTheHookUntilDelivered(t *testing.T) {
+	e := setup(t, newScripted(), dispatch.Options{Retention: time.Hour})
+	r := e.submitTo(t, "acme", "src", "kept", "")
+	wantState(t, e.d, 1, "delivered")
+	e.d.Stop()
+	start := func(s *scriptedSink, sweep time.Duration) *dispatch.Dispatcher {
+		d := dispatch.New(e.st, dispatch.Options{
+			Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}}, Durable: e.q.Durable,
+			OnReclaim: e.q.Reclaimed, Logger: testutil.Logger(t), Poll: 10 * time.Millisecond, SweepInterval: sweep,
+		})
+		if err := d.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(d.Stop)
+		return d
+	}
+	waitEntered := func(s *scriptedSink) {
+		select {
+		case <-s.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the resent delivery never reached the sink")
+		}
+	}
+
+	// Retention is now off. The resend's attempt is interrupted by a stop.
+	held := newScripted()
+	held.block = make(chan struct{})
+	d2 := start(held, time.Hour)
+	if _, err := d2.Resend(t.Context(), r.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	waitEntered(held)
+	d2.Stop()
+
+	// The next run returns the row to due and sweeps the retained set.
+	s3 := newScripted()
+	block := make(chan struct{})
+	s3.block = block
+	start(s3, 10*time.Millisecond)
+	waitEntered(s3)
+	testutil.Eventually(t, 10*time.Second, "the retained set swept", func() bool { return count(t, e.st, store.PrefixRetained) == 0 })
+	if n := count(t, e.st, store.PrefixHook); n != 1 {
+		t.Fatalf("hooks while the resent delivery is in flight = %d, want 1", n)
+	}
+	close(block)
+	if m := s3.next(t); m.Seq != r.Seq || string(m.Body) != "kept" {
+		t.Fatalf("resent delivery: seq %d body %q", m.Seq, m.Body)
+	}
+}
