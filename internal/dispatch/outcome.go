@@ -123,7 +123,6 @@ func (d *Dispatcher) record(rs []result) {
 		_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
 		outs = append(outs, outcome{dl.SinkID, "retry", r.dur})
 	}
-	d.inflightGauge.Store(int64(d.inflight))
 	hooks, rows, kept, keptBytes := d.reclaim(b, nowMs, delivered, done)
 	if err := d.st.Apply(b); err != nil {
 		// The rows stay inflight in the store and the attempts are kept, to
@@ -135,10 +134,12 @@ func (d *Dispatcher) record(rs []result) {
 			d.inflight++
 			d.inflightBytes += r.c.size
 		}
-		d.inflightGauge.Store(int64(d.inflight))
 		d.unrecorded = append(d.unrecorded, rs...)
 		return
 	}
+	// Only now: while the write is retried the rows are still inflight,
+	// and a scrape between a failed try and its undo must not see them go.
+	d.inflightGauge.Store(int64(d.inflight))
 	if d.afterOutcome != nil {
 		d.afterOutcome()
 	}

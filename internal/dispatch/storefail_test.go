@@ -44,11 +44,12 @@ func TestDispatch_DeliveryFinishingWhileTheStoreCannotReopenDoesNotPanic(t *test
 			}
 		},
 	})
+	rec := testutil.NewLogRecorder()
 	s := newScripted()
 	s.block = make(chan struct{})
 	disp := dispatch.New(st, dispatch.Options{
 		Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
-		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: testutil.Logger(t),
+		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: slog.New(rec),
 		Poll:  10 * time.Millisecond,
 		Retry: dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5},
 	})
@@ -88,7 +89,14 @@ func TestDispatch_DeliveryFinishingWhileTheStoreCannotReopenDoesNotPanic(t *test
 	// (the row stays inflight in the store) and the loop carries on.
 	close(s.block)
 	s.next(t)
-	testutil.Eventually(t, 10*time.Second, "the outcome handled", func() bool { return disp.Gauges().Inflight == 0 })
+	// The loop carries on: the outcome write is refused (and retried), no
+	// panic. The row is still inflight, and the gauge says so.
+	testutil.Eventually(t, 10*time.Second, "the outcome write refused", func() bool {
+		return len(rec.Matching("recording delivery outcomes failed")) > 0
+	})
+	if g := disp.Gauges(); g.Inflight != 1 {
+		t.Fatalf("inflight gauge while the outcome cannot be written = %d, want 1", g.Inflight)
+	}
 	select {
 	case err := <-fatal:
 		if !strings.Contains(err.Error(), "reopen store after write failure") {
