@@ -498,13 +498,13 @@ func (w *writer) completeLocal(es []*pendingEntry) error {
 		// A row found present may be one a failed synced write left in the
 		// page cache: make it durable before calling the half done.
 		if err := w.st.SyncWAL(); err != nil {
-			w.fence(context.Background(), err)
+			w.fenceAfterReply(err)
 			return err
 		}
 	}
 	if len(written) > 0 {
 		if err := w.st.ApplySync(b); err != nil {
-			w.fence(context.Background(), err)
+			w.fenceAfterReply(err)
 			return err
 		}
 		w.hooks.Add(uint64(len(written)))
@@ -522,6 +522,21 @@ func (w *writer) completeLocal(es []*pendingEntry) error {
 		w.dual.obs.IntakeReconciled("local")
 	}
 	return nil
+}
+
+// fenceAfterReply is the fence of a write that failed inside a request
+// someone waits on (completeLocal, asked by the reconciler): step 1 at once
+// — nothing is acked, the syncer starts no fsync — and the rest (reopen,
+// cleanup, retried for as long as the disk fails) on the writer loop once
+// the request is answered, so the reconciler's pass and the log halves
+// after it are not held by the disk.
+func (w *writer) fenceAfterReply(err error) {
+	w.fenced.Store(true)
+	w.s.enterFence()
+	select {
+	case w.fenceCh <- err:
+	default: // a fence is already pending; it covers this failure too
+	}
 }
 
 // flushMarks writes the watermark and offset (not synced: a lagging mark
@@ -605,8 +620,13 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 			req := localRequest{entries: needLocal, reply: make(chan error, 1)}
 			select {
 			case r.w.localReq <- req:
-				if err := <-req.reply; err != nil {
-					r.d.warn("reconciler: local half still failing", "records", len(needLocal), "err", err)
+				select {
+				case err := <-req.reply:
+					if err != nil {
+						r.d.warn("reconciler: local half still failing", "records", len(needLocal), "err", err)
+					}
+				case <-ctx.Done():
+					return time.Time{} // the reply is buffered: the writer never blocks on it
 				}
 			case <-ctx.Done():
 				return time.Time{}

@@ -420,3 +420,53 @@ func TestDual_BothHalvesFailAndTheLogRecoversFirstWhileTheStoreStillFails(t *tes
 	}
 	e.foldMatches(t)
 }
+
+// The reconciler asks an unfenced writer for a local half, and that very
+// write fails: the writer must answer the pass and fence afterwards, not
+// inside the request. Before the fix completeLocal ran the whole fence
+// (reopen, cleanup, retry for as long as the disk fails) before replying,
+// and the pass waited on the reply without its ctx: the pass, and the log
+// halves after it, were held for as long as the store failed (seen as a
+// 10-minute hang of the test above under -race load, when the pass won
+// the race with the first fence).
+func TestDual_LocalHalfFailingInsideTheRequestDoesNotHoldThePass(t *testing.T) {
+	e, _ := newRCDual(t, queue.Options{}, manual)
+	// Both halves fail once; the fence that follows recovers.
+	e.gate.FailNext(1)
+	e.log.FailNext(1, intake.Unavailable)
+	s := answer(t, submitAsync(e.q, rec("body", "evt_in")))
+	if !errors.Is(s.err, queue.ErrStoreUnavailable) {
+		t.Fatalf("both failed: %v, want store_unavailable", s.err)
+	}
+	id, ok := queue.Carried(s.err)
+	if !ok {
+		t.Fatalf("both failed: %v, want a carried record", s.err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the first fence lifted", func() bool {
+		st := e.q.Stats()
+		return st.Fences == 1 && !st.Fenced
+	})
+	// Now the store fails again, under an unfenced writer.
+	e.gate.FailNext(1 << 20)
+	t.Cleanup(e.gate.StopFailing) // runs before the queue's Close
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		e.q.Reconcile(ctx)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the reconciler pass is held by a fence that began inside its local-half request")
+	}
+	if d := e.dual(t); d.Pending.Records != 1 || e.log.Published() != 1 {
+		t.Fatalf("after the pass: pending %d log %d, want the record carried (local half owed) and its log half done", d.Pending.Records, e.log.Published())
+	}
+	e.gate.StopFailing()
+	testutil.Eventually(t, 20*time.Second, "the local half completed once the store is back", func() bool {
+		e.q.Reconcile(context.Background())
+		return e.dual(t).Pending.Records == 0 && hookPresent(t, e.st, id)
+	})
+}

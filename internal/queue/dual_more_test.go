@@ -330,7 +330,8 @@ func TestReconciler_DoesNotReapplyALocalHalfThatLanded(t *testing.T) {
 	r := e.onlyRecord(t)
 
 	e.gate.FailNext(1)
-	e.q.Reconcile(context.Background()) // the write fails; the writer fences and reopens
+	e.q.Reconcile(context.Background()) // the write fails; the writer fences and reopens (after replying)
+	waitFences(t, e.q, 2)
 	if st := e.q.Stats(); st.Fences != 2 || st.Fenced {
 		t.Fatalf("after the failed local write: %+v, want a second, lifted fence", st)
 	}
