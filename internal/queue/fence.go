@@ -70,12 +70,21 @@ func (w *writer) fence(ctx context.Context, cause error) {
 			w.log.Error("store still failing; staying fenced", "attempt", attempt, "err", err)
 		}
 		t := time.NewTimer(w.opts.FenceRetry)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			w.log.Error("shutdown while fenced", "err", errFenceAborted)
-			return
+	wait:
+		for {
+			select {
+			case <-t.C:
+				break wait
+			case req := <-w.localReq:
+				// The reconciler asked before it saw the fence: answer at
+				// once, so its pass (and the log halves after it) never waits
+				// for as long as the disk fails.
+				req.reply <- ErrStoreUnavailable
+			case <-ctx.Done():
+				t.Stop()
+				w.log.Error("shutdown while fenced", "err", errFenceAborted)
+				return
+			}
 		}
 		w.refuseQueued(ErrStoreUnavailable)
 	}
