@@ -272,30 +272,7 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 // Scan calls fn for every key in [lower, upper) in order until fn returns
 // false. Keys and values are only valid during the call.
 func (s *Store) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed || s.db == nil {
-		return ErrClosed
-	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if err != nil {
-		return fmt.Errorf("scan: %w", err)
-	}
-	for it.First(); it.Valid(); it.Next() {
-		v, err := it.ValueAndErr()
-		if err != nil {
-			_ = it.Close()
-			return fmt.Errorf("scan value: %w", err)
-		}
-		if !fn(it.Key(), v) {
-			break
-		}
-	}
-	if err := it.Error(); err != nil {
-		_ = it.Close()
-		return fmt.Errorf("scan: %w", err)
-	}
-	return it.Close()
+	return s.scan(lower, upper, false, fn)
 }
 
 // Count returns how many keys start with prefix.
@@ -454,6 +431,12 @@ func (s *Store) LastKey(lower, upper []byte) ([]byte, error) {
 // down until fn returns false. Keys and values are only valid during the
 // call. Listings that show the newest first use it.
 func (s *Store) ScanReverse(lower, upper []byte, fn func(k, v []byte) bool) error {
+	return s.scan(lower, upper, true, fn)
+}
+
+// scan is Scan and ScanReverse: one iterator over [lower, upper), walked
+// forward or backward.
+func (s *Store) scan(lower, upper []byte, reverse bool, fn func(k, v []byte) bool) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed || s.db == nil {
@@ -463,7 +446,11 @@ func (s *Store) ScanReverse(lower, upper []byte, fn func(k, v []byte) bool) erro
 	if err != nil {
 		return fmt.Errorf("scan: %w", err)
 	}
-	for it.Last(); it.Valid(); it.Prev() {
+	first, next := it.First, it.Next
+	if reverse {
+		first, next = it.Last, it.Prev
+	}
+	for ok := first(); ok && it.Valid(); ok = next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
 			_ = it.Close()
