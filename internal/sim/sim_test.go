@@ -33,9 +33,9 @@ var (
 // fixed yet (docs/testing.md, "Simulation", lists them with seeds):
 //
 //   - poison: a body the log refuses Permanent at every publish (the
-//     reproduction of defect A). Boot recovery no longer dies on it (it is
-//     left stuck above the watermark), but every carried record the running
-//     reconciler batches with it still fails with it (rules 7 and 3).
+//     reproduction of defect A). Boot recovery's republish fails on it for
+//     ever, so the node never boots again, and every carried record batched
+//     with it fails with it.
 //   - write, writeoutage: failed WAL writes. Pebble has already reported
 //     the dispatcher's unsynced writes (claims, outcomes, reclaims) done;
 //     the fence's reopen drops them, and the dispatcher's view (dead gauge,
