@@ -181,54 +181,6 @@ func (w *writer) seedMarks() error {
 		p.mu.Unlock()
 	}
 	w.dual.caughtUpAt.Store(w.dual.now().UnixNano())
-	return w.seedCarried()
-}
-
-// seedCarried carries every hook above the stored watermark as a record
-// whose local half is done and whose log half is not: boot recovery leaves
-// one there only when the log refused it with the Permanent class (stuck,
-// never dropped). Carried, it holds the watermark below it (invariant 4 of
-// the marks: flushMarks would otherwise move past it) and the reconciler
-// keeps retrying it, logging while it fails.
-func (w *writer) seedCarried() error {
-	v, err := w.st.Get(KeyIntakeSeq)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", KeyIntakeSeq, err)
-	}
-	wm, ok := store.ParseU64(v)
-	if !ok {
-		return nil // never marked: a first dual boot, recovery republishes
-	}
-	p := w.dual.pending
-	var es []*pendingEntry
-	err = w.st.Scan(store.HookKey(wm+1), []byte{store.PrefixHook + 1}, func(_, v []byte) bool {
-		env, err := store.DecodeEnvelope(v)
-		if err != nil {
-			return true
-		}
-		p.mu.Lock()
-		_, have := p.bySeq[env.Seq]
-		p.mu.Unlock()
-		if have {
-			return true
-		}
-		e := &pendingEntry{seq: env.Seq, id: env.ID, firstAt: w.opts.Now(), localDone: true, size: int64(len(v)),
-			rec: intake.Record{Version: intake.RecordVersion, Kind: intake.KindHook, Node: w.dual.node, Seq: env.Seq, ID: env.ID,
-				Incarnation: w.dual.incarnation, Tenant: env.Tenant, Source: env.Source, Value: append([]byte(nil), v...)}}
-		if env.DedupeKey != "" {
-			e.dedupe = string(store.DedupeKey(env.Tenant, env.Source, env.DedupeKey))
-		}
-		es = append(es, e)
-		return true
-	})
-	if err != nil {
-		return fmt.Errorf("read hooks above the watermark: %w", err)
-	}
-	if len(es) > 0 {
-		p.add(es)
-		w.log.Warn("carrying hooks above the watermark that the log has not confirmed", "hooks", len(es), "watermark", wm)
-		w.dual.wakeReconciler()
-	}
 	return nil
 }
 

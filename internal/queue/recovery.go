@@ -73,17 +73,13 @@ type RecoverOptions struct {
 // Summary is what recovery did; ankusa recover prints it.
 type Summary struct {
 	Records, Applied, Present, Collided, Unroutable, Republished int
-	// Stuck counts the hooks above the watermark the log refused with the
-	// Permanent class: kept, left above the watermark, retried by the
-	// queue's reconciler and at every boot (never dropped).
-	Stuck                int
-	From, Earliest, Last intake.Position
-	Gap                  bool
+	From, Earliest, Last                                         intake.Position
+	Gap                                                          bool
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("records=%d applied=%d present=%d collided=%d unroutable=%d republished=%d stuck=%d",
-		s.Records, s.Applied, s.Present, s.Collided, s.Unroutable, s.Republished, s.Stuck)
+	return fmt.Sprintf("records=%d applied=%d present=%d collided=%d unroutable=%d republished=%d",
+		s.Records, s.Applied, s.Present, s.Collided, s.Unroutable, s.Republished)
 }
 
 // Recover runs the replay and the republish.
@@ -187,7 +183,7 @@ func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, e
 	if err != nil {
 		return sum, fmt.Errorf("replay: %w", err)
 	}
-	if err := republish(ctx, st, o, &sum, a.next, a.replayed, log); err != nil {
+	if err := republish(ctx, st, o, &sum, a.next, a.replayed); err != nil {
 		return sum, err
 	}
 	log.Info("intake recovery done", "summary", sum.String(), "from", from, "earliest", earliest)
@@ -410,7 +406,7 @@ func (a *applier) commit(b *store.Batch, last intake.Position) error {
 // republish publishes every local hook above the watermark: a crash can
 // leave local hooks the log never confirmed. Duplicates are absorbed by the
 // apply rule.
-func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summary, next uint64, replayed map[uint64]bool, log *slog.Logger) error {
+func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summary, next uint64, replayed map[uint64]bool) error {
 	// Republished records carry the store's incarnation, like the commit
 	// path's (docs/storage.md).
 	inc, err := st.Incarnation()
@@ -427,9 +423,6 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 	// each page outside the scan (a publish must not hold the store's read
 	// lock, and a first dual boot may republish a whole store).
 	lower := store.HookKey(wm + 1)
-	// Invariant 4 holds across a stuck record: the watermark ends below
-	// the lowest seq the log refused with the Permanent class.
-	var lowestStuck uint64
 	for {
 		var page []intake.Record
 		var lastKey []byte
@@ -451,27 +444,6 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			_, err := o.Intake.PublishBatch(pctx, page)
 			cancel()
-			if class, _ := intake.ClassOf(err); err != nil && class == intake.Permanent {
-				// One record the log can never accept must not fail the
-				// boot nor the records batched with it (ADR: stuck, never
-				// dropped): publish them one by one to isolate it.
-				stuck, err := republishEach(ctx, o, page, log)
-				if err != nil {
-					return err
-				}
-				for _, seq := range stuck {
-					if lowestStuck == 0 || seq < lowestStuck {
-						lowestStuck = seq
-					}
-				}
-				sum.Stuck += len(stuck)
-				sum.Republished += len(page) - len(stuck)
-				if lastKey == nil || len(page) < 256 {
-					break
-				}
-				lower = append(lastKey, 0)
-				continue
-			}
 			if err != nil {
 				return fmt.Errorf("republish %d hooks above the watermark: %w", len(page), err)
 			}
@@ -485,37 +457,10 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 	if o.DryRun {
 		return nil
 	}
-	mark := next - 1
-	if lowestStuck > 0 {
-		mark = lowestStuck - 1
-	}
 	b := st.NewBatch()
 	defer b.Close()
-	_ = b.Set(KeyIntakeSeq, store.U64(mark), nil)
+	_ = b.Set(KeyIntakeSeq, store.U64(next-1), nil)
 	return st.ApplySync(b)
-}
-
-// republishEach publishes recs one at a time after their batch was refused
-// Permanent and returns the seqs the log refused Permanent again (stuck).
-// Any other failure is returned: a transient log error fails the boot, to
-// be retried (internal/app).
-func republishEach(ctx context.Context, o RecoverOptions, recs []intake.Record, log *slog.Logger) ([]uint64, error) {
-	var stuck []uint64
-	for _, r := range recs {
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		_, err := o.Intake.PublishBatch(pctx, []intake.Record{r})
-		cancel()
-		if err == nil {
-			continue
-		}
-		if class, _ := intake.ClassOf(err); class != intake.Permanent {
-			return nil, fmt.Errorf("republish hook seq %d above the watermark: %w", r.Seq, err)
-		}
-		log.Error("intake refuses a hook above the watermark (permanent): it stays stuck in the store, above the watermark, and is retried; the boot goes on",
-			"seq", r.Seq, "tenant", r.Tenant, "source", r.Source, "err", err)
-		stuck = append(stuck, r.Seq)
-	}
-	return stuck, nil
 }
 
 // audit writes one operator-action row (a synced write) into the store's

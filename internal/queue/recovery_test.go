@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -433,52 +432,5 @@ func TestRecovery_RepublishAboveTheWatermarkLeavesHooksAtOrBelowItAlone(t *testi
 	}
 	if v, _ := st.Get(queue.KeyIntakeSeq); string(v) != string(store.U64(6)) {
 		t.Fatalf("watermark after the republish = %x, want 6", v)
-	}
-}
-
-// Found by the simulator (the poison class, make sim SEED=3): a record the
-// log refuses Permanent (larger than the log's own limit) failed the whole
-// republish page, so boot recovery failed at every boot and every record
-// carried with it failed with it. ADR: a permanent-class record is stuck,
-// never dropped, and blocks neither the boot nor the others; the watermark
-// stays below it (invariant 4), so the next boot and the queue's reconciler
-// keep trying it.
-func TestRecovery_PermanentRecordAboveTheWatermarkIsStuckNotFatal(t *testing.T) {
-	lg, err := memory.Open(memory.Options{Dir: filepath.Join(t.TempDir(), "intake"), Node: "node-a",
-		MaxRecordBytes: 4096, Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lg.Close() })
-	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
-	q := testutil.StartQueue(t, st, queue.Options{})
-	for i := range 5 {
-		body := fmt.Sprint(i)
-		if i == 2 {
-			body = strings.Repeat("p", 6000) // the poison record: seq 3
-		}
-		if _, err := q.Submit(context.Background(), rec(body, "")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	q.Close()
-	for run := 1; run <= 2; run++ {
-		sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting })
-		if err != nil {
-			t.Fatalf("run %d: recovery failed on a permanent-class record: %v", run, err)
-		}
-		if sum.Stuck != 1 {
-			t.Fatalf("run %d: summary %s, want stuck=1", run, sum)
-		}
-		wm, _ := st.Get(queue.KeyIntakeSeq)
-		if n, _ := store.ParseU64(wm); n != 2 {
-			t.Fatalf("run %d: watermark = %d, want 2 (below the stuck seq 3)", run, n)
-		}
-		if got := lg.Published(); got < 4 {
-			t.Fatalf("run %d: %d records in the log, want the 4 others", run, got)
-		}
-		if n, _ := st.Count([]byte{store.PrefixHook}); n != 5 {
-			t.Fatalf("run %d: %d hooks in the store, want all 5 (none dropped)", run, n)
-		}
 	}
 }
