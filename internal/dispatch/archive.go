@@ -176,11 +176,7 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 	upd := j.Job
 	fail := func(err error) {
 		upd.State, upd.Error = JobFailed, err.Error()
-		upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)
-		b := d.st.NewBatch()
-		defer b.Close()
-		d.putJob(b, &upd)
-		if aerr := d.st.ApplySync(b); aerr != nil {
+		if aerr := d.saveJob(&upd, now); aerr != nil {
 			d.log.Warn("replay job write failed", "job", j.ID, "err", aerr)
 			return
 		}
@@ -219,11 +215,7 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 	if entry == nil {
 		upd.State = JobDone
 		upd.Cursor = []byte(key + "\n" + strconv.Itoa(idx))
-		upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)
-		b := d.st.NewBatch()
-		defer b.Close()
-		d.putJob(b, &upd)
-		if err := d.st.ApplySync(b); err != nil {
+		if err := d.saveJob(&upd, now); err != nil {
 			d.log.Warn("replay job write failed", "job", j.ID, "err", err)
 			return
 		}

@@ -220,11 +220,7 @@ func (d *Dispatcher) SetJobState(ctx context.Context, id, state string) (Job, er
 		}
 		upd := j.Job
 		upd.State = state
-		upd.UpdatedAt = d.o.Now().UTC().Format(time.RFC3339Nano)
-		b := d.st.NewBatch()
-		defer b.Close()
-		d.putJob(b, &upd)
-		if err = d.st.ApplySync(b); err != nil {
+		if err = d.saveJob(&upd, d.o.Now()); err != nil {
 			return
 		}
 		j.Job, j.last, j.tokens = upd, d.o.Now(), 0
@@ -239,6 +235,16 @@ func (d *Dispatcher) SetJobState(ctx context.Context, id, state string) (Job, er
 func (d *Dispatcher) putJob(b *store.Batch, j *Job) {
 	v, _ := json.Marshal(j) // plain fields only: cannot fail
 	_ = b.Set(store.JobKey(j.ID), v, nil)
+}
+
+// saveJob stamps upd with now and writes it alone, synced: the job's state
+// and cursor survive a crash before the caller adopts upd.
+func (d *Dispatcher) saveJob(upd *Job, now time.Time) error {
+	upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)
+	b := d.st.NewBatch()
+	defer b.Close()
+	d.putJob(b, upd)
+	return d.st.ApplySync(b)
 }
 
 func sortJobs(js []Job) {
@@ -305,11 +311,7 @@ func (d *Dispatcher) stepRelease(j *job, n int, now time.Time) {
 	if done && err == nil {
 		upd.State = JobDone
 	}
-	upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)
-	b := d.st.NewBatch()
-	defer b.Close()
-	d.putJob(b, &upd)
-	if aerr := d.st.ApplySync(b); aerr != nil {
+	if aerr := d.saveJob(&upd, now); aerr != nil {
 		d.log.Warn("replay cursor write failed", "job", j.ID, "err", aerr)
 		return
 	}
