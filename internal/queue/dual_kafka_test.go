@@ -251,6 +251,11 @@ func TestRecovery_KafkaTwoNodesSharingAPartitionReplayTheirOwn(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = in.Close() })
+		// The adapter learns it is ready in the background (a metadata
+		// answer for the partition); a submit before that meets a closed
+		// log. The binary waits the same way before serving (app's
+		// prepareIntake).
+		testutil.Eventually(t, 10*time.Second, "kafka intake ready", in.Ready)
 		return in
 	}
 	qa := testutil.StartQueue(t, testutil.OpenStore(t, testutil.TempStoreDir(t), nil), queue.Options{Dual: &queue.DualOptions{Intake: open(na), Node: na}})
