@@ -1,0 +1,119 @@
+// dual_join.go owns the join of a dual group's two halves (ADR sections 2
+// and 3): the group registers its pending entries and starts its publish,
+// then, once the local fsync and the log's confirm are both known, answers
+// its callers and leaves what did not complete to the reconciler.
+
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/ankusa/ankusa/internal/intake"
+)
+
+// dualGroup joins the two halves of one group (ADR section 2): the local
+// apply+fsync (from the syncer) and the publish (from its goroutine). The
+// callers are answered once both are known, so an ack never precedes the
+// local fsync even when the log confirmed first, and costs max(fsync,
+// confirm), not their sum.
+type dualGroup struct {
+	d       *dualState
+	replies []pendingReply
+	entries []*pendingEntry // parallel to replies; nil for an in-group duplicate
+
+	mu               sync.Mutex
+	localIn, logIn   bool
+	localErr, logErr error
+	positions        []intake.Position // per record, when the log confirmed
+}
+
+// begin registers the group's entries and starts its publish.
+func (d *dualState) begin(replies []pendingReply, entries []*pendingEntry) *dualGroup {
+	g := &dualGroup{d: d, replies: replies, entries: entries}
+	var recs []intake.Record
+	var live []*pendingEntry
+	for _, e := range entries {
+		if e != nil {
+			recs = append(recs, e.rec)
+			live = append(live, e)
+		}
+	}
+	d.pending.add(live)
+	d.pub.submit(pubJob{g: g, recs: recs})
+	return g
+}
+
+func (g *dualGroup) local(err error) {
+	g.mu.Lock()
+	g.localIn, g.localErr = true, err
+	both := g.logIn
+	g.mu.Unlock()
+	if both {
+		g.resolve()
+	}
+}
+
+func (g *dualGroup) log(pos []intake.Position, err error) {
+	g.mu.Lock()
+	g.logIn, g.logErr, g.positions = true, err, pos
+	both := g.localIn
+	g.mu.Unlock()
+	if both {
+		g.resolve()
+	}
+}
+
+// resolve answers the callers from the pair of outcomes (ADR section 3).
+// A record whose halves did not both succeed stays in the pending set,
+// carried: the reconciler completes it; nothing is undone.
+func (g *dualGroup) resolve() {
+	d := g.d
+	d.gate.result(g.logErr == nil, d.now())
+	if g.logErr != nil {
+		d.hold(g.logErr)
+	}
+	carried := false
+	d.pending.mu.Lock()
+	i := 0
+	for _, e := range g.entries {
+		if e == nil {
+			continue
+		}
+		e.inflight = false
+		if g.localErr == nil {
+			e.localDone = true
+		}
+		if g.logErr == nil {
+			e.logDone = true
+			e.pos = g.positions[i]
+		}
+		if !d.pending.settleLocked(e) {
+			carried = true
+		}
+		i++
+	}
+	d.pending.mu.Unlock()
+	var err error
+	switch {
+	case g.localErr != nil && errors.Is(g.localErr, ErrStoreUnavailable):
+		err = g.localErr // the syncer already said so
+	case g.localErr != nil:
+		err = fmt.Errorf("%w: %w", ErrStoreUnavailable, g.localErr)
+	case g.logErr != nil:
+		err = fmt.Errorf("%w: %w", ErrIntakeUnavailable, g.logErr)
+	}
+	for _, r := range g.replies {
+		if err != nil {
+			// Every record of the group exists in one half (or is an in-group
+			// duplicate of one that does): carried, not refused.
+			d.answer(r.it, outcome{err: &CarriedError{ID: r.res.ID, Err: err}})
+		} else {
+			d.answer(r.it, outcome{res: r.res})
+		}
+	}
+	if carried {
+		d.wakeReconciler()
+	}
+}

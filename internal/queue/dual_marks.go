@@ -1,0 +1,76 @@
+// dual_marks.go owns the intake marks (ADR section 7): seeding the offset
+// from the store at boot, the confirmed head, and the periodic flush of
+// m:intake_seq (the watermark) and m:intake_offset.
+
+package queue
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// seedMarks starts the offset at the stored m:intake_offset (boot, and
+// again after a boot replay moved it), so the node reports where its store
+// stands instead of -1 until the next publish. Every position up to the
+// stored offset is in the store (the row's invariant), so it is a valid
+// floor for the offset.
+func (w *writer) seedMarks() error {
+	if w.dual == nil {
+		return nil
+	}
+	v, err := w.st.Get(KeyIntakeOffset)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", KeyIntakeOffset, err)
+	}
+	if n, ok := store.ParseU64(v); ok {
+		p := w.dual.pending
+		p.mu.Lock()
+		p.completePos = max(p.completePos, intake.Position(n))
+		p.mu.Unlock()
+	}
+	w.dual.caughtUpAt.Store(w.dual.now().UnixNano())
+	return nil
+}
+
+// confirmedHead is the highest position the log confirmed to this process:
+// complete records and those held in the log only. -1 when none.
+func (p *pendingSet) confirmedHead() intake.Position {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	head := p.completePos
+	for _, e := range p.bySeq {
+		if e.logDone && e.pos > head {
+			head = e.pos
+		}
+	}
+	return head
+}
+
+// flushMarks writes the watermark and offset (not synced: a lagging mark
+// costs redundant republishes, never a hook).
+func (w *writer) flushMarks() {
+	if w.dual == nil || w.fenced.Load() {
+		return
+	}
+	head := w.dual.pending.confirmedHead()
+	wm, off := w.dual.pending.marks(w.nextSeq)
+	b := w.st.NewBatch()
+	if b.Err() != nil {
+		return // the store is closed
+	}
+	defer b.Close()
+	_ = b.Set(KeyIntakeSeq, store.U64(wm), nil)
+	if off >= 0 {
+		_ = b.Set(KeyIntakeOffset, store.U64(uint64(off)), nil)
+	}
+	if err := w.st.Apply(b); err != nil {
+		w.fence(context.Background(), err)
+		return
+	}
+	if off >= head {
+		w.dual.caughtUpAt.Store(w.dual.now().UnixNano())
+	}
+}

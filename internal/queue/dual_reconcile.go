@@ -1,0 +1,233 @@
+// dual_reconcile.go owns the completion of carried records (ADR section
+// 7): the reconciler's passes, the writer-side complete-local it asks for,
+// and the fence of a failure met inside that request.
+
+package queue
+
+import (
+	"context"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+func (d *dualState) wakeReconciler() {
+	select {
+	case d.wakeRec <- struct{}{}:
+	default:
+	}
+}
+
+// localRequest asks the writer to complete local halves.
+type localRequest struct {
+	entries []*pendingEntry
+	reply   chan error
+}
+
+// completeLocal writes the local half of carried records whose local write
+// failed (ADR section 7, :half_log): a point read first — the row may have
+// landed after all — then the held ops in one synced batch. Runs on the
+// writer goroutine, so it is ordered after any fence cleanup that removed
+// the failed group's rows.
+func (w *writer) completeLocal(es []*pendingEntry) error {
+	if w.fenced.Load() {
+		return ErrStoreUnavailable
+	}
+	b := w.st.NewBatch()
+	if b.Err() != nil {
+		return store.ErrClosed
+	}
+	defer b.Close()
+	var written []*pendingEntry
+	var present []*pendingEntry
+	deliveries := uint64(0)
+	for _, e := range es {
+		v, err := w.st.Get(store.HookKey(e.seq))
+		if err != nil {
+			return err
+		}
+		if v != nil {
+			present = append(present, e)
+			continue
+		}
+		for _, o := range e.ops {
+			_ = b.Set(o.k, o.v, nil)
+			if len(o.k) > 0 && o.k[0] == store.PrefixDelivery {
+				deliveries++
+			}
+		}
+		written = append(written, e)
+	}
+	if len(written) == 0 && len(present) > 0 {
+		// A row found present may be one a failed synced write left in the
+		// page cache: make it durable before calling the half done.
+		if err := w.st.SyncWAL(); err != nil {
+			w.fenceAfterReply(err)
+			return err
+		}
+	}
+	if len(written) > 0 {
+		if err := w.st.ApplySync(b); err != nil {
+			w.fenceAfterReply(err)
+			return err
+		}
+		w.hooks.Add(uint64(len(written)))
+		w.deliveries.Add(deliveries)
+		w.opts.OnDurable()
+	}
+	p := w.dual.pending
+	p.mu.Lock()
+	for _, e := range append(written, present...) {
+		e.localDone = true
+		p.settleLocked(e)
+	}
+	p.mu.Unlock()
+	for range written {
+		w.dual.obs.IntakeReconciled("local")
+	}
+	return nil
+}
+
+// fenceAfterReply is the fence of a write that failed inside a request
+// someone waits on (completeLocal, asked by the reconciler): step 1 at once
+// — nothing is acked, the syncer starts no fsync — and the rest (reopen,
+// cleanup, retried for as long as the disk fails) on the writer loop once
+// the request is answered, so the reconciler's pass and the log halves
+// after it are not held by the disk.
+func (w *writer) fenceAfterReply(err error) {
+	w.fenced.Store(true)
+	w.s.enterFence()
+	select {
+	case w.fenceCh <- err:
+	default: // a fence is already pending; it covers this failure too
+	}
+}
+
+// reconciler completes carried records (ADR section 7): half_local by
+// republishing, half_log by a point read and a re-apply, both_pending local
+// first. It never drops a record; a permanent class marks it stuck and keeps
+// retrying.
+type reconciler struct {
+	w *writer
+	d *dualState
+}
+
+func (r *reconciler) run(ctx context.Context) {
+	t := time.NewTicker(r.d.opts.ReconcileEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.d.wakeRec:
+		}
+		if r.d.now().UnixNano() < r.d.holdUntil.Load() {
+			continue
+		}
+		r.pass(ctx)
+	}
+}
+
+// pass does one round; it returns when to try again at the earliest (a
+// throttled log's Retry-After).
+func (r *reconciler) pass(ctx context.Context) time.Time {
+	r.d.passMu.Lock()
+	defer r.d.passMu.Unlock()
+	r.d.pending.releaseStuckClaims(r.d.now(), r.d.opts.ReconcileDeadline)
+	es := r.d.pending.carried()
+	if len(es) == 0 {
+		return time.Time{}
+	}
+	var needLocal, needLog []*pendingEntry
+	r.d.pending.mu.Lock()
+	for _, e := range es {
+		if !e.localDone {
+			needLocal = append(needLocal, e)
+		} else if !e.logDone {
+			needLog = append(needLog, e)
+		}
+	}
+	r.d.pending.mu.Unlock()
+	if len(needLocal) > 0 {
+		// A fenced writer is busy reopening and cleaning up for as long as
+		// the store fails: asking it now would hold this pass (and the log
+		// halves below) hostage to the disk. The local half waits for a
+		// later pass; the log half goes ahead.
+		if !r.w.fenced.Load() {
+			req := localRequest{entries: needLocal, reply: make(chan error, 1)}
+			select {
+			case r.w.localReq <- req:
+				select {
+				case err := <-req.reply:
+					if err != nil {
+						r.d.warn("reconciler: local half still failing", "records", len(needLocal), "err", err)
+					}
+				case <-ctx.Done():
+					return time.Time{} // the reply is buffered: the writer never blocks on it
+				}
+			case <-ctx.Done():
+				return time.Time{}
+			}
+		}
+		// Local first (it makes the hook deliverable), then the log half of
+		// the both-pending ones in the same pass — also when the local half
+		// failed again: a record the log holds is safe from the loss of
+		// this host, and the local half follows once the store is back.
+		r.d.pending.mu.Lock()
+		for _, e := range needLocal {
+			if !e.logDone {
+				needLog = append(needLog, e)
+			}
+		}
+		r.d.pending.mu.Unlock()
+	}
+	for len(needLog) > 0 {
+		n := min(len(needLog), 256)
+		chunk := needLog[:n]
+		needLog = needLog[n:]
+		recs := make([]intake.Record, n)
+		for i, e := range chunk {
+			recs[i] = e.rec
+		}
+		pctx, cancel := context.WithTimeout(ctx, r.d.opts.PublishTimeout)
+		start := time.Now()
+		pos, err := publish(pctx, r.d.in, recs)
+		cancel()
+		r.d.observePublish(time.Since(start), err)
+		if err == nil {
+			// A confirmed republish shows the log is back; a failed one is
+			// not counted, so the gate's probe accounting stays the commit
+			// path's own.
+			r.d.gate.result(true, r.d.now())
+		}
+		if err != nil {
+			r.d.hold(err)
+			class, retryAfter := intake.ClassOf(err)
+			if class == intake.Permanent || class == intake.NotFound {
+				r.d.pending.mu.Lock()
+				for _, e := range chunk {
+					e.stuck = true
+				}
+				r.d.pending.mu.Unlock()
+			}
+			r.d.warn("reconciler: republish failed; will retry", "records", n, "class", class.String(), "err", err)
+			if class == intake.Throttled && retryAfter > 0 {
+				return r.d.now().Add(retryAfter)
+			}
+			return time.Time{}
+		}
+		r.d.pending.mu.Lock()
+		for i, e := range chunk {
+			e.logDone, e.stuck = true, false
+			e.pos = pos[i]
+			r.d.pending.settleLocked(e)
+		}
+		r.d.pending.mu.Unlock()
+		for range chunk {
+			r.d.obs.IntakeReconciled("log")
+		}
+	}
+	return time.Time{}
+}
