@@ -30,6 +30,9 @@ func oneSource(extra, root string) string {
 	return "sources:\n  s:\n" + indent(extra, "    ") + "    sinks: [{type: log}]\n" + root
 }
 
+// inOneSource is oneSource with root-level YAML only.
+func inOneSource(root string) string { return oneSource("", root) }
+
 func indent(s, by string) string {
 	if s == "" {
 		return ""
@@ -408,10 +411,7 @@ func TestVerifyDefaults(t *testing.T) {
 }
 
 func TestQuarantineRanges(t *testing.T) {
-	tests := []struct {
-		name, yml string
-		key, rule string // key "" means valid
-	}{
+	tests := []yamlCase{ // key "" means valid
 		{"defaults", "", "", ""},
 		{"lower bounds", "quarantine: {max_bytes: 1048576, rate: 0.1, burst: 1}", "", ""},
 		{"upper bounds", "quarantine: {max_bytes: 1099511627776, rate: 10000, burst: 100000}", "", ""},
@@ -432,18 +432,7 @@ func TestQuarantineRanges(t *testing.T) {
 		// quarantines.
 		{"small pen unused", "quarantine: {max_bytes: 1048576}", "", ""},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := config.LoadBytes([]byte(oneSource("", tt.yml)), noEnv)
-			if tt.key == "" {
-				if err != nil {
-					t.Fatalf("want valid, got %v", err)
-				}
-				return
-			}
-			wantViolation(t, err, tt.key, tt.rule)
-		})
-	}
+	runYAMLRules(t, inOneSource, tests)
 
 	quarantining := "verify: {type: github, secret: x}\non_verify_failure: quarantine"
 	_, err := config.LoadBytes([]byte(oneSource(quarantining, "quarantine: {max_bytes: 1048576}")), noEnv)
@@ -452,10 +441,7 @@ func TestQuarantineRanges(t *testing.T) {
 }
 
 func TestRateLimits(t *testing.T) {
-	tests := []struct {
-		name, yml string
-		key, rule string // key "" means valid
-	}{
+	tests := []yamlCase{ // key "" means valid
 		{"absent", "", "", ""},
 		{"empty block", "rate_limits: {}", "", ""},
 		{"default only", "rate_limits: {default: {rate: 100, burst: 200}}", "", ""},
@@ -482,18 +468,7 @@ func TestRateLimits(t *testing.T) {
 		{"unknown key", "rate_limits: {default: {rate: 1, per: minute}}", "rate_limits.default.per", "unknown key"},
 		{"rate not a number", "rate_limits: {default: {rate: fast}}", "rate_limits.default.rate", `must be a number, got "fast"`},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := config.LoadBytes([]byte(oneSource("", tt.yml)), noEnv)
-			if tt.key == "" {
-				if err != nil {
-					t.Fatalf("want valid, got %v", err)
-				}
-				return
-			}
-			wantViolation(t, err, tt.key, tt.rule)
-		})
-	}
+	runYAMLRules(t, inOneSource, tests)
 }
 
 // An absent burst is one second's worth of the rate; a written one stays.
@@ -539,10 +514,7 @@ func TestRateLimitsFor(t *testing.T) {
 }
 
 func TestSourceStore(t *testing.T) {
-	tests := []struct {
-		name, yml string
-		key, rule string // key "" means valid
-	}{
+	tests := []yamlCase{ // key "" means valid
 		{"static", oneSource("", "source_store: {type: static}"), "", ""},
 		{"persistent", oneSource("", "source_store: {type: persistent}"), "", ""},
 		{"persistent without sources", "source_store: {type: persistent}\n", "", ""},
@@ -554,18 +526,7 @@ func TestSourceStore(t *testing.T) {
 		{"empty", oneSource("", `source_store: {type: ""}`), "source_store.type", "must be set (one of static|persistent)"},
 		{"unknown key", oneSource("", "source_store: {path: x}"), "source_store.path", "unknown key"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := config.LoadBytes([]byte(tt.yml), noEnv)
-			if tt.key == "" {
-				if err != nil {
-					t.Fatalf("want valid, got %v", err)
-				}
-				return
-			}
-			wantViolation(t, err, tt.key, tt.rule)
-		})
-	}
+	runYAMLRules(t, func(yml string) string { return yml }, tests)
 }
 
 // The secrets stay hidden; the scheme's shape, the policy and every number

@@ -60,11 +60,7 @@ func TestIntakeDualMemoryValidates(t *testing.T) {
 }
 
 func TestIntakeRanges(t *testing.T) {
-	tests := []struct {
-		key    string
-		lo, hi int64
-		set    func(c *config.Config, v int64)
-	}{
+	tests := []rangeCase{
 		{"intake.publish_timeout_ms", 100, 60_000, func(c *config.Config, v int64) { c.Intake.PublishTimeoutMs = int(v) }},
 		{"intake.reconcile_deadline_ms", 1_000, 600_000, func(c *config.Config, v int64) { c.Intake.ReconcileDeadlineMs = int(v) }},
 		{"intake.breaker_failures", 1, 100, func(c *config.Config, v int64) { c.Intake.BreakerFailures = int(v) }},
@@ -81,29 +77,7 @@ func TestIntakeRanges(t *testing.T) {
 		name string
 		base func() *config.Config
 	}{{"dual", dualMemory}, {"disk", diskWithIntake}} {
-		for _, tt := range tests {
-			for _, v := range []int64{tt.lo - 1, tt.hi + 1} {
-				t.Run(fmt.Sprintf("%s/%s=%d", mode.name, tt.key, v), func(t *testing.T) {
-					c := mode.base()
-					tt.set(c, v)
-					want := fmt.Sprintf("must be between %d and %d, got %d", tt.lo, tt.hi, v)
-					wantViolation(t, c.Validate(), tt.key, want)
-				})
-			}
-			for _, v := range []int64{tt.lo, tt.hi} {
-				t.Run(fmt.Sprintf("%s/%s=%d ok", mode.name, tt.key, v), func(t *testing.T) {
-					c := mode.base()
-					tt.set(c, v)
-					if err := c.Validate(); err != nil {
-						for _, e := range asErrors(t, err) {
-							if e.Key == tt.key && strings.HasPrefix(e.Rule, "must be between") {
-								t.Fatalf("bound rejected: %v", e)
-							}
-						}
-					}
-				})
-			}
-		}
+		t.Run(mode.name, func(t *testing.T) { runRanges(t, mode.base, tests) })
 	}
 }
 
@@ -116,12 +90,7 @@ func TestIntakeExplicitZeroReported(t *testing.T) {
 }
 
 func TestIntakeRules(t *testing.T) {
-	tests := []struct {
-		name string
-		mod  func(c *config.Config)
-		key  string
-		rule string // "" means the config must be valid
-	}{
+	tests := []ruleCase{ // key "" means the config must be valid
 		// What dual requires.
 		{"dual without type", func(c *config.Config) { c.Intake.Type = ""; c.Intake.Memory = nil }, "intake.type", "required when wal.type is dual (supported: memory|kafka|jetstream)"},
 		{"dual without node id", func(c *config.Config) { c.Intake.NodeID = "" }, "intake.node_id", "required when wal.type is dual"},
@@ -168,20 +137,7 @@ func TestIntakeRules(t *testing.T) {
 		{"dual dispatch only", func(c *config.Config) { c.Node.Roles = []string{"dispatch"} }, "node.roles", "missing ingest"},
 		{"disk ingest only", func(c *config.Config) { c.WAL.Type, c.Node.Roles = "disk", []string{"ingest"} }, "", ""},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := dualMemory()
-			tt.mod(c)
-			err := c.Validate()
-			if tt.rule == "" {
-				if err != nil {
-					t.Fatalf("want valid, got %v", err)
-				}
-				return
-			}
-			wantViolation(t, err, tt.key, tt.rule)
-		})
-	}
+	runRules(t, dualMemory, tests)
 }
 
 // Without intake.type and intake.node_id, dual is refused by a file, naming
@@ -247,12 +203,7 @@ func TestIntakeNames(t *testing.T) {
 }
 
 func TestIntakeCrossKeyRules(t *testing.T) {
-	tests := []struct {
-		name string
-		mod  func(c *config.Config)
-		key  string
-		rule string
-	}{
+	tests := []ruleCase{
 		{"publish timeout equals deadline", func(c *config.Config) { c.Intake.PublishTimeoutMs, c.Batcher.DeadlineMs = 15_000, 15_000 },
 			"intake.publish_timeout_ms", "must be less than batcher.deadline_ms (15000) when wal.type is dual, got 15000"},
 		{"publish timeout over deadline", func(c *config.Config) { c.Batcher.DeadlineMs = 1_000 },
@@ -276,43 +227,18 @@ func TestIntakeCrossKeyRules(t *testing.T) {
 			c.WAL.Type, c.Intake.Pending.MaxBytes, c.Intake.MaxRecordBytes = "disk", 1<<20, 8<<20
 		}, "", ""},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := dualMemory()
-			tt.mod(c)
-			err := c.Validate()
-			if tt.rule == "" {
-				if err != nil {
-					t.Fatalf("want valid, got %v", err)
-				}
-				return
-			}
-			wantViolation(t, err, tt.key, tt.rule)
-		})
-	}
+	runRules(t, dualMemory, tests)
 }
 
 // A cross-key rule stays quiet when one side already failed its own rule.
 func TestIntakeCrossKeyQuietWhenSideInvalid(t *testing.T) {
-	for _, tt := range []struct {
-		key string
-		mod func(c *config.Config)
-	}{
+	runQuiet(t, dualMemory, []quietCase{
 		{"batcher.deadline_ms", func(c *config.Config) { c.Batcher.DeadlineMs = 50 }},
 		{"intake.publish_timeout_ms", func(c *config.Config) { c.Intake.PublishTimeoutMs = 99_999 }},
 		{"http.max_body_bytes", func(c *config.Config) { c.HTTP.MaxBodyBytes = 200_000_000; c.Batcher.MaxQueueBytes = 1 << 30 }},
 		{"intake.max_record_bytes", func(c *config.Config) { c.Intake.MaxRecordBytes = 2 << 30 }},
 		{"intake.pending.max_bytes", func(c *config.Config) { c.Intake.Pending.MaxBytes = 1 }},
-	} {
-		t.Run(tt.key, func(t *testing.T) {
-			c := dualMemory()
-			tt.mod(c)
-			errs := asErrors(t, c.Validate())
-			if len(errs) != 1 || errs[0].Key != tt.key {
-				t.Fatalf("want only the range error, got %v", errs)
-			}
-		})
-	}
+	})
 }
 
 func TestIntakeDefaults(t *testing.T) {

@@ -235,20 +235,11 @@ func TestSinkRules(t *testing.T) {
 		{"drop_headers too many", func(k sinks) { k[2].Kafka.DropHeaders = make([]string, 65) },
 			sk2 + ".kafka.drop_headers", "must have at most 64 entries, got 65"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := allSinks()
-			tt.mod(c.Sources["demo"].Sinks)
-			err := c.Validate()
-			if tt.rule == "" {
-				if err != nil {
-					t.Fatalf("want valid, got %v", err)
-				}
-				return
-			}
-			wantViolation(t, err, tt.key, tt.rule)
-		})
+	cases := make([]ruleCase, len(tests))
+	for i, tt := range tests {
+		cases[i] = ruleCase{tt.name, func(c *config.Config) { tt.mod(c.Sources["demo"].Sinks) }, tt.key, tt.rule}
 	}
+	runRules(t, allSinks, cases)
 }
 
 // A block that does not match a valid type is reported once: its contents

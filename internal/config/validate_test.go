@@ -1,7 +1,6 @@
 package config_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -19,11 +18,7 @@ func withDedupe() *config.Config {
 }
 
 func TestNumericRanges(t *testing.T) {
-	tests := []struct {
-		key    string
-		lo, hi int64
-		set    func(c *config.Config, v int64)
-	}{
+	tests := []rangeCase{
 		{"http.port", 0, 65535, func(c *config.Config, v int64) { c.HTTP.Port = int(v) }},
 		{"http.max_body_bytes", 1, 100_000_000, func(c *config.Config, v int64) { c.HTTP.MaxBodyBytes = v }},
 		{"http.max_header_bytes", 1_024, 1_048_576, func(c *config.Config, v int64) { c.HTTP.MaxHeaderBytes = int(v) }},
@@ -63,30 +58,7 @@ func TestNumericRanges(t *testing.T) {
 		{"sources.demo.sinks[3].nats.timeout_ms", 100, 600_000, func(c *config.Config, v int64) { c.Sources["demo"].Sinks[3].NATS.TimeoutMs = int(v) }},
 		{"sources.demo.sinks[4].rabbitmq.timeout_ms", 100, 600_000, func(c *config.Config, v int64) { c.Sources["demo"].Sinks[4].RabbitMQ.TimeoutMs = int(v) }},
 	}
-	for _, tt := range tests {
-		for _, v := range []int64{tt.lo - 1, tt.hi + 1} {
-			t.Run(fmt.Sprintf("%s=%d", tt.key, v), func(t *testing.T) {
-				c := withDedupe()
-				tt.set(c, v)
-				want := fmt.Sprintf("must be between %d and %d, got %d", tt.lo, tt.hi, v)
-				wantViolation(t, c.Validate(), tt.key, want)
-			})
-		}
-		// The bounds themselves are legal (cross-key rules aside).
-		for _, v := range []int64{tt.lo, tt.hi} {
-			t.Run(fmt.Sprintf("%s=%d ok", tt.key, v), func(t *testing.T) {
-				c := withDedupe()
-				tt.set(c, v)
-				if err := c.Validate(); err != nil {
-					for _, e := range asErrors(t, err) {
-						if e.Key == tt.key && strings.HasPrefix(e.Rule, "must be between") {
-							t.Fatalf("bound rejected: %v", e)
-						}
-					}
-				}
-			})
-		}
-	}
+	runRanges(t, withDedupe, tests)
 }
 
 func TestSecretCount(t *testing.T) {
@@ -109,12 +81,7 @@ func TestRules(t *testing.T) {
 		f(&s)
 		c.Sources["demo"] = s
 	}
-	tests := []struct {
-		name string
-		mod  func(c *config.Config)
-		key  string
-		rule string // "" means the config must be valid
-	}{
+	tests := []ruleCase{ // key "" means the config must be valid
 		{"routing tenant_path", func(c *config.Config) { c.HTTP.Routing = "tenant_path" }, "", ""},
 		{"routing bad", func(c *config.Config) { c.HTTP.Routing = "host" }, "http.routing", `must be one of path|tenant_path, got "host"`},
 		{"log level debug", func(c *config.Config) { c.Log.Level = "debug" }, "", ""},
@@ -219,29 +186,11 @@ func TestRules(t *testing.T) {
 			src(c, func(s *config.SourceConfig) { s.Verify.Type, s.Verify.Secret = "github", []string{""} })
 		}, "sources.demo.verify.secret[0]", "must not be empty"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := config.Default()
-			tt.mod(c)
-			err := c.Validate()
-			if tt.rule == "" {
-				if err != nil {
-					t.Fatalf("want valid, got %v", err)
-				}
-				return
-			}
-			wantViolation(t, err, tt.key, tt.rule)
-		})
-	}
+	runRules(t, config.Default, tests)
 }
 
 func TestCrossKeyRules(t *testing.T) {
-	tests := []struct {
-		name string
-		mod  func(c *config.Config)
-		key  string
-		rule string
-	}{
+	tests := []ruleCase{
 		{"same port same ip", func(c *config.Config) {
 			c.HTTP.IP, c.Admin.IP, c.HTTP.Port, c.Admin.Port = "127.0.0.1", "127.0.0.1", 4000, 4000
 		},
@@ -267,41 +216,16 @@ func TestCrossKeyRules(t *testing.T) {
 			"retry.max_ms", "must be at least retry.base_ms (1000), got 999"},
 		{"retry max equals base", func(c *config.Config) { c.Retry.BaseMs, c.Retry.MaxMs = 1_000, 1_000 }, "", ""},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := config.Default()
-			tt.mod(c)
-			err := c.Validate()
-			if tt.rule == "" {
-				if err != nil {
-					t.Fatalf("want valid, got %v", err)
-				}
-				return
-			}
-			wantViolation(t, err, tt.key, tt.rule)
-		})
-	}
+	runRules(t, config.Default, tests)
 }
 
 // A cross-key rule stays quiet when one side already failed its own rule.
 func TestCrossKeyQuietWhenSideInvalid(t *testing.T) {
-	for _, tt := range []struct {
-		key string
-		mod func(c *config.Config)
-	}{
+	runQuiet(t, config.Default, []quietCase{
 		{"batcher.max_queue", func(c *config.Config) { c.Batcher.MaxQueue = 0 }},
 		{"dispatch.concurrency", func(c *config.Config) { c.Dispatch.Concurrency = 2_000 }},
 		{"retry.base_ms", func(c *config.Config) { c.Retry.BaseMs = 4_000_000 }},
-	} {
-		t.Run(tt.key, func(t *testing.T) {
-			c := config.Default()
-			tt.mod(c)
-			errs := asErrors(t, c.Validate())
-			if len(errs) != 1 || errs[0].Key != tt.key {
-				t.Fatalf("want only the range error, got %v", errs)
-			}
-		})
-	}
+	})
 }
 
 func TestAllViolationsInOnePass(t *testing.T) {

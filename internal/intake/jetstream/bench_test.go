@@ -9,6 +9,7 @@ import (
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/intake/intaketest"
 	"github.com/ankusa/ankusa/internal/intake/jetstream"
+	"github.com/ankusa/ankusa/internal/testutil"
 	"github.com/ankusa/ankusa/internal/testutil/natscluster"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkPublish(b *testing.B) {
 			node := fmt.Sprintf("bench-%dk-%d", size>>10, batch)
 			in, err := jetstream.Open(jetstream.Options{
 				URL: c.URL(), Stream: cfg.Name, Fleet: fleet, Node: node,
-				MaxRecordBytes: 1 << 20, VerifyTopic: true, Logger: logger(b),
+				MaxRecordBytes: 1 << 20, VerifyTopic: true, Logger: testutil.Logger(b),
 			})
 			if err != nil {
 				b.Fatalf("open: %v", err)

@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -15,25 +13,11 @@ import (
 
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/intake/jetstream"
+	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 // callTimeout bounds one adapter call in these tests.
 const callTimeout = 15 * time.Second
-
-// logger discards unless the test runs with -v.
-func logger(t testing.TB) *slog.Logger {
-	if !testing.Verbose() {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tlogWriter struct{ t testing.TB }
-
-func (w tlogWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
 
 // randHex is 2n random hex digits.
 func randHex(n int) string {
@@ -63,7 +47,7 @@ func newFleet() string { return "f" + randHex(4) }
 func open(t *testing.T, o jetstream.Options) *jetstream.Intake {
 	t.Helper()
 	if o.Logger == nil {
-		o.Logger = logger(t)
+		o.Logger = testutil.Logger(t)
 	}
 	in, err := jetstream.Open(o)
 	if err != nil {
@@ -106,17 +90,5 @@ func assertClass(t *testing.T, err error, c intake.Class) {
 	}
 	if e.Class != c {
 		t.Fatalf("error %q is %s, want %s", err, e.Class, c)
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/intake/intaketest"
 	"github.com/ankusa/ankusa/internal/intake/jetstream"
+	"github.com/ankusa/ankusa/internal/testutil"
 	"github.com/ankusa/ankusa/internal/testutil/natscluster"
 )
 
@@ -313,7 +314,7 @@ func TestIntake_ErrorClasses(t *testing.T) {
 	})
 	t.Run("ServerMaxPayloadIsPermanent", func(t *testing.T) {
 		in := f.open(t, node, nil)
-		eventually(t, 10*time.Second, "the adapter to connect", in.Ready)
+		testutil.Eventually(t, 10*time.Second, "the adapter to connect", in.Ready)
 		_, err := publish(in, callTimeout, rec(2<<20)) // the server's max_payload is 1 MiB
 		assertClass(t, err, intake.Permanent)
 		if !errors.Is(err, jetstream.ErrTooLarge) {

@@ -13,6 +13,7 @@ import (
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/intake/intaketest"
 	"github.com/ankusa/ankusa/internal/intake/jetstream"
+	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 // TestIntake_PermissionDenied: a user that may use the JetStream API but not
@@ -66,11 +67,11 @@ func TestIntake_PermissionDenied(t *testing.T) {
 			User: "intake", Password: password}
 	}
 	ok := open(t, opts("allowed", "intake-pw"))
-	eventually(t, 10*time.Second, "the adapter to connect", ok.Ready)
+	testutil.Eventually(t, 10*time.Second, "the adapter to connect", ok.Ready)
 	mustPublish(t, ok, intaketest.NewRecord("allowed", 1))
 
 	denied := open(t, opts("denied", "intake-pw"))
-	eventually(t, 10*time.Second, "the adapter to connect", denied.Ready)
+	testutil.Eventually(t, 10*time.Second, "the adapter to connect", denied.Ready)
 	start := time.Now()
 	_, err = publish(denied, 10*time.Second, intaketest.NewRecord("denied", 1))
 	assertClass(t, err, intake.Permanent)

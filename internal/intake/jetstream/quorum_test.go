@@ -8,6 +8,7 @@ import (
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/intake/intaketest"
 	"github.com/ankusa/ankusa/internal/intake/jetstream"
+	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 // TestIntake_ConfirmIsAtQuorum stops the servers of an R3 stream one by one:
@@ -35,7 +36,7 @@ func TestIntake_ConfirmIsAtQuorum(t *testing.T) {
 		Node:        node,
 		VerifyTopic: true,
 	})
-	eventually(t, 10*time.Second, "the adapter to connect", in.Ready)
+	testutil.Eventually(t, 10*time.Second, "the adapter to connect", in.Ready)
 
 	r1 := intaketest.NewRecord(node, 1)
 	p1 := mustPublish(t, in, r1)
@@ -65,7 +66,7 @@ func TestIntake_ConfirmIsAtQuorum(t *testing.T) {
 	}
 
 	c.Stop(leader)
-	eventually(t, 10*time.Second, "Ready to turn false with every server gone", func() bool { return !in.Ready() })
+	testutil.Eventually(t, 10*time.Second, "Ready to turn false with every server gone", func() bool { return !in.Ready() })
 	start = time.Now()
 	_, err = publish(in, attempt, intaketest.NewRecord(node, 4))
 	assertClass(t, err, intake.Unavailable)

@@ -35,7 +35,7 @@ func recoverNode(t *testing.T, st *store.Store, in intake.Intake, node string, o
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	return queue.Recover(ctx, st, queue.RecoverOptions{
-		Intake: in, Node: node, Origin: origin, Logger: logger(t),
+		Intake: in, Node: node, Origin: origin, Logger: testutil.Logger(t),
 		Resolve: func(string) (queue.Route, bool) { return queue.Route{}, false },
 	})
 }
@@ -67,7 +67,7 @@ func TestIntake_RestoredIdleNodeNextToABusyOneIsNotTruncated(t *testing.T) {
 	for seq := uint64(1); seq <= 3; seq++ {
 		mustPublish(t, busy, intaketest.NewRecord("busy-node", seq))
 	}
-	eventually(t, 30*time.Second, "every record aged out", func() bool {
+	testutil.Eventually(t, 30*time.Second, "every record aged out", func() bool {
 		return f.c.StreamInfo(t, f.cfg.Name).State.Msgs == 0
 	})
 	// Retention stops removing: what is published next stays for the

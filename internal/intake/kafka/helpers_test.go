@@ -10,9 +10,6 @@ package kafka_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +20,7 @@ import (
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/intake/intaketest"
 	"github.com/ankusa/ankusa/internal/intake/kafka"
+	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 const (
@@ -32,33 +30,6 @@ const (
 	// about how fast anything is.
 	bound = 15 * time.Second
 )
-
-func testLogger(t testing.TB) *slog.Logger {
-	if !testing.Verbose() {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return slog.New(slog.NewTextHandler(tlog{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tlog struct{ t testing.TB }
-
-func (w tlog) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-// eventually polls cond until it holds or bound passes. Only for state with
-// no event to wait on (the ready flag a background goroutine refreshes).
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", bound, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // newCluster starts a three-broker kfake cluster with topic seeded on
 // three partitions (kfake gives a seeded topic three replicas).
@@ -86,7 +57,7 @@ func options(c *kfake.Cluster, node string, partition int32) kafka.Options {
 // openWith opens an adapter with o and closes it when the test ends.
 func openWith(t testing.TB, o kafka.Options) *kafka.Intake {
 	t.Helper()
-	o.Logger = testLogger(t)
+	o.Logger = testutil.Logger(t)
 	in, err := kafka.Open(o)
 	if err != nil {
 		t.Fatalf("open %+v: %v", o, err)

@@ -1,6 +1,8 @@
 package kafka_test
 
 import (
+	"github.com/ankusa/ankusa/internal/testutil"
+
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -15,9 +17,9 @@ import (
 func TestReady_FollowsTheCluster(t *testing.T) {
 	c := newCluster(t)
 	in := open(t, c, "node-a", 1)
-	eventually(t, "Ready on a healthy cluster", in.Ready)
+	testutil.Eventually(t, bound, "Ready on a healthy cluster", in.Ready)
 	c.Close()
-	eventually(t, "Ready false once the cluster is gone", func() bool { return !in.Ready() })
+	testutil.Eventually(t, bound, "Ready false once the cluster is gone", func() bool { return !in.Ready() })
 }
 
 // TestReady_NoLeader: a partition whose metadata carries an error (kfake's
@@ -26,18 +28,18 @@ func TestReady_FollowsTheCluster(t *testing.T) {
 func TestReady_NoLeader(t *testing.T) {
 	c := newCluster(t)
 	in := open(t, c, "node-a", 2)
-	eventually(t, "Ready on a healthy cluster", in.Ready)
+	testutil.Eventually(t, bound, "Ready on a healthy cluster", in.Ready)
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Topic: topic, Partitions: []int32{2}, Err: kerr.LeaderNotAvailable, Count: -1})
-	eventually(t, "Ready false while the partition has no leader", func() bool { return !in.Ready() })
+	testutil.Eventually(t, bound, "Ready false while the partition has no leader", func() bool { return !in.Ready() })
 	h.Remove()
-	eventually(t, "Ready again", in.Ready)
+	testutil.Eventually(t, bound, "Ready again", in.Ready)
 }
 
 // TestReady_FalseAfterClose and Close is idempotent.
 func TestReady_FalseAfterClose(t *testing.T) {
 	c := newCluster(t)
 	in := open(t, c, "node-a", 0)
-	eventually(t, "Ready on a healthy cluster", in.Ready)
+	testutil.Eventually(t, bound, "Ready on a healthy cluster", in.Ready)
 	if err := in.Close(); err != nil {
 		t.Fatal(err)
 	}
