@@ -200,7 +200,7 @@ func (r *Readiness) writeProbe(now time.Time) error {
 		return store.ErrClosed
 	}
 	defer b.Close()
-	if err := b.Set(store.KeyProbe, store.U64(uint64(now.UnixNano())), nil); err != nil {
+	if err := b.SetProbe(now); err != nil {
 		return err
 	}
 	return r.st.ApplySync(b)

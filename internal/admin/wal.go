@@ -2,8 +2,6 @@ package admin
 
 import (
 	"net/http"
-
-	"github.com/ankusa/ankusa/internal/store"
 )
 
 // walView is GET /v1/wal. Intake is null under wal.type: disk: there is no
@@ -40,10 +38,8 @@ func (a *api) wal(w http.ResponseWriter, _ *http.Request) {
 			state = "open"
 		}
 		var partition any // null until a partitioned adapter stamped one
-		if v, err := a.d.Store.Get([]byte("m:intake_partition")); err == nil {
-			if n, ok := store.ParseU64(v); ok {
-				partition = n
-			}
+		if n, ok, err := a.d.Store.IntakePartition(); err == nil && ok {
+			partition = uint64(n)
 		}
 		in = map[string]any{
 			"node": ds.Node, "partition": partition, "offset": ds.Offset, "watermark": ds.Watermark,

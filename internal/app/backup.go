@@ -14,14 +14,8 @@ import (
 
 	"github.com/ankusa/ankusa/internal/backup"
 	"github.com/ankusa/ankusa/internal/config"
-	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/store"
 )
-
-// keyIncarnation names the store's life since its last restore: a restored
-// store mints a new one, so records written after a restore are told apart
-// from the lost node's.
-var keyIncarnation = store.KeyIncarnation
 
 // restoreIfEmpty restores the latest backup into an empty store dir
 // (primary, then secondary). It reports whether a restore happened. A
@@ -76,10 +70,6 @@ func openLocations(ctx context.Context, cfg *config.Config) ([]backup.Store, fun
 	return locs, closeAll, nil
 }
 
-// keyIncarnationFrom names the backup the current incarnation was minted
-// for, so a boot that finds the restore marker again does not mint twice.
-var keyIncarnationFrom = []byte("m:incarnation_from")
-
 // mintIncarnation gives a restored store a new incarnation (DUR-6), once
 // per restore. It reports whether the store is (still) a restored one: the
 // restore marker stays until boot recovery has succeeded (see
@@ -90,15 +80,14 @@ func mintIncarnation(st *store.Store, dir string) (bool, error) {
 	if err != nil || !ok {
 		return false, err
 	}
-	if v, _ := st.Get(keyIncarnationFrom); string(v) == id {
+	if v, _ := st.IncarnationFrom(); v == id {
 		return true, nil
 	}
 	var raw [8]byte
 	_, _ = rand.Read(raw[:])
 	b := st.NewBatch()
 	defer b.Close()
-	_ = b.Set(keyIncarnation, []byte(hex.EncodeToString(raw[:])), nil)
-	_ = b.Set(keyIncarnationFrom, []byte(id), nil)
+	_ = b.SetIncarnation(hex.EncodeToString(raw[:]), id)
 	if err := st.ApplySync(b); err != nil {
 		return true, fmt.Errorf("mint incarnation: %w", err)
 	}
@@ -136,8 +125,8 @@ func newBackupLoop(ctx context.Context, cfg *config.Config, st *store.Store, onR
 		Keep: cfg.Backup.Keep, Store: st, Logger: log,
 		TempDir: filepath.Join(cfg.Node.DataDir, "tmp", "backup"),
 		IntakeOffset: func() int64 {
-			if n, ok := store.ParseU64(must(st.Get(queue.KeyIntakeOffset))); ok {
-				return int64(n)
+			if n, ok, err := st.IntakeOffset(); err == nil && ok {
+				return n
 			}
 			return -1
 		},
@@ -164,8 +153,6 @@ func newBackupLoop(ctx context.Context, cfg *config.Config, st *store.Store, onR
 	l.b = b
 	return l, nil
 }
-
-func must(v []byte, _ error) []byte { return v }
 
 func (l *backupLoop) start() {
 	ctx, cancel := context.WithCancel(context.Background())

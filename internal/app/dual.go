@@ -16,9 +16,6 @@ import (
 	"github.com/ankusa/ankusa/internal/store"
 )
 
-// keyIntakeNode stamps the node id a store was written under (ADR section 8).
-var keyIntakeNode = []byte("m:intake_node")
-
 // openIntake builds the configured adapter. Wired here, in one place.
 func openIntake(cfg *config.Config, log *slog.Logger) (intake.Intake, error) {
 	switch cfg.Intake.Type {
@@ -64,11 +61,6 @@ func verifyTopic(cfg *config.Config) bool {
 	return cfg.Intake.VerifyTopic == nil || *cfg.Intake.VerifyTopic
 }
 
-// keyIntakePartition stamps the partition a node writes: chosen once, at
-// the node's first dual boot, and never recomputed, so growing the topic
-// never remaps a node (ADR section 6).
-var keyIntakePartition = []byte("m:intake_partition")
-
 // stampPartition gives a partitioned adapter its partition: the stamped one,
 // or a fresh assignment that is stamped (synced) before first use.
 func stampPartition(ctx context.Context, st *store.Store, in intake.Intake, node string) error {
@@ -89,10 +81,10 @@ func setPartition(ctx context.Context, st *store.Store, in intake.Intake, node s
 	if !ok {
 		return nil
 	}
-	if v, err := st.Get(keyIntakePartition); err != nil {
+	if n, ok, err := st.IntakePartition(); err != nil {
 		return err
-	} else if n, ok := store.ParseU64(v); ok {
-		return pa.SetPartition(int32(n))
+	} else if ok {
+		return pa.SetPartition(n)
 	}
 	p, err := pa.AssignPartition(ctx, node)
 	if err != nil {
@@ -101,7 +93,7 @@ func setPartition(ctx context.Context, st *store.Store, in intake.Intake, node s
 	if stamp {
 		b := st.NewBatch()
 		defer b.Close()
-		_ = b.Set(keyIntakePartition, store.U64(uint64(p)), nil)
+		_ = b.SetIntakePartition(p)
 		if err := st.ApplySync(b); err != nil {
 			return fmt.Errorf("stamp m:intake_partition: %w", err)
 		}
@@ -113,19 +105,19 @@ func setPartition(ctx context.Context, st *store.Store, in intake.Intake, node s
 // store stamped with another: restoring node a's store as node b would
 // interleave two seq spaces in one log.
 func stampNode(st *store.Store, node string) error {
-	v, err := st.Get(keyIntakeNode)
+	v, ok, err := st.IntakeNode()
 	if err != nil {
-		return fmt.Errorf("read m:intake_node: %w", err)
+		return err
 	}
-	if v != nil {
-		if string(v) != node {
+	if ok {
+		if v != node {
 			return fmt.Errorf("intake_node_mismatch: the store was written by intake node %q, intake.node_id is %q", v, node)
 		}
 		return nil
 	}
 	b := st.NewBatch()
 	defer b.Close()
-	_ = b.Set(keyIntakeNode, []byte(node), nil)
+	_ = b.SetIntakeNode(node)
 	if err := st.ApplySync(b); err != nil {
 		return fmt.Errorf("stamp m:intake_node: %w", err)
 	}

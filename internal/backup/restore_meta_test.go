@@ -13,19 +13,16 @@ import (
 	"gocloud.dev/blob/memblob"
 
 	"github.com/ankusa/ankusa/internal/backup"
-	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
 
-// The intake meta keys: offset and seq from internal/queue/dual.go; the
-// node and partition keys are unexported in internal/app/dual.go, so they
-// are spelled out here.
+// The intake meta keys (internal/store/keys.go).
 var (
-	keyIntakeOffset    = queue.KeyIntakeOffset // "m:intake_offset"
-	keyIntakeSeq       = queue.KeyIntakeSeq    // "m:intake_seq"
-	keyIntakeNode      = []byte("m:intake_node")
-	keyIntakePartition = []byte("m:intake_partition")
+	keyIntakeOffset    = store.KeyIntakeOffset // "m:intake_offset"
+	keyIntakeSeq       = store.KeyIntakeSeq    // "m:intake_seq"
+	keyIntakeNode      = store.KeyIntakeNode
+	keyIntakePartition = store.KeyIntakePartition
 )
 
 // metaLocations are the locations the meta tests run on: the file store,

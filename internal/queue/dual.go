@@ -64,12 +64,6 @@ func (NopDualObserver) IntakePublish(time.Duration, string) {}
 func (NopDualObserver) IntakeRefused(string)                {}
 func (NopDualObserver) IntakeReconciled(string)             {}
 
-// Meta keys of the intake (ADR section 7).
-var (
-	KeyIntakeSeq    = []byte("m:intake_seq")
-	KeyIntakeOffset = []byte("m:intake_offset")
-)
-
 // dualState is the writer's dual-commit machinery.
 type dualState struct {
 	in          intake.Intake

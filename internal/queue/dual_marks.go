@@ -6,10 +6,8 @@ package queue
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/ankusa/ankusa/internal/intake"
-	"github.com/ankusa/ankusa/internal/store"
 )
 
 // seedMarks starts the offset at the stored m:intake_offset (boot, and
@@ -21,11 +19,11 @@ func (w *writer) seedMarks() error {
 	if w.dual == nil {
 		return nil
 	}
-	v, err := w.st.Get(KeyIntakeOffset)
+	n, ok, err := w.st.IntakeOffset()
 	if err != nil {
-		return fmt.Errorf("read %s: %w", KeyIntakeOffset, err)
+		return err
 	}
-	if n, ok := store.ParseU64(v); ok {
+	if ok {
 		p := w.dual.pending
 		p.mu.Lock()
 		p.completePos = max(p.completePos, intake.Position(n))
@@ -62,9 +60,9 @@ func (w *writer) flushMarks() {
 		return // the store is closed
 	}
 	defer b.Close()
-	_ = b.Set(KeyIntakeSeq, store.U64(wm), nil)
+	_ = b.SetIntakeSeq(wm)
 	if off >= 0 {
-		_ = b.Set(KeyIntakeOffset, store.U64(uint64(off)), nil)
+		_ = b.SetIntakeOffset(int64(off))
 	}
 	if err := w.st.Apply(b); err != nil {
 		w.fence(context.Background(), err)

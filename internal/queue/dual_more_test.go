@@ -591,11 +591,11 @@ func TestDual_WatermarkAndOffsetAdvanceOnlyFromConfirmedState(t *testing.T) {
 		return n
 	}
 	for _, when := range []string{"after Close", "after a reopen"} {
-		if wm := row(queue.KeyIntakeSeq); wm != 5 {
-			t.Fatalf("%s: %s = %d, want 5", when, queue.KeyIntakeSeq, wm)
+		if wm := row(store.KeyIntakeSeq); wm != 5 {
+			t.Fatalf("%s: %s = %d, want 5", when, store.KeyIntakeSeq, wm)
 		}
-		if off := row(queue.KeyIntakeOffset); off != uint64(e.log.Last()) {
-			t.Fatalf("%s: %s = %d, want the log head %d", when, queue.KeyIntakeOffset, off, e.log.Last())
+		if off := row(store.KeyIntakeOffset); off != uint64(e.log.Last()) {
+			t.Fatalf("%s: %s = %d, want the log head %d", when, store.KeyIntakeOffset, off, e.log.Last())
 		}
 		if err := e.st.Reopen(); err != nil {
 			t.Fatal(err)

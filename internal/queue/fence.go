@@ -116,7 +116,7 @@ func (w *writer) cleanup(durable uint64) error {
 			_ = b.Delete(k, nil)
 		}
 	}
-	_ = b.Set(store.KeyNextSeq, store.U64(w.nextSeq), nil)
+	_ = b.SetNextSeq(w.nextSeq)
 	if err := w.st.ApplySync(b); err != nil {
 		return fmt.Errorf("delete %d unsynced groups: %w", undone, err)
 	}

@@ -171,7 +171,7 @@ func runDualPowerCut(t *testing.T, seed uint64, unsyncedPercent, cutAfter int) {
 	if notInLog > 0 || sum.Republished < localOnly {
 		t.Fatalf("%d stored hooks are not in the log after recovery (republished %d, %d were local only at the cut)", notInLog, sum.Republished, localOnly)
 	}
-	wm, _ := st2.Get(queue.KeyIntakeSeq)
+	wm, _ := st2.Get(store.KeyIntakeSeq)
 	next, _ := st2.Get(store.KeyNextSeq)
 	w, _ := store.ParseU64(wm)
 	nx, _ := store.ParseU64(next)

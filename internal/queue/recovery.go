@@ -108,9 +108,9 @@ func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, e
 
 	from := intake.Position(-1)
 	hasOffset := false
-	if v, err := st.Get(KeyIntakeOffset); err != nil {
+	if n, ok, err := st.IntakeOffset(); err != nil {
 		return sum, err
-	} else if n, ok := store.ParseU64(v); ok {
+	} else if ok {
 		from, hasOffset = intake.Position(n), true
 	}
 	if o.From != nil {
@@ -118,7 +118,7 @@ func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, e
 	}
 	sum.From = from
 
-	next, err := storedNextSeq(st)
+	next, err := st.NextSeq()
 	if err != nil {
 		return sum, err
 	}
@@ -389,8 +389,8 @@ func (a *applier) commit(b *store.Batch, last intake.Position) error {
 	if a.o.DryRun {
 		return nil
 	}
-	_ = b.Set(store.KeyNextSeq, store.U64(a.next), nil)
-	_ = b.Set(KeyIntakeOffset, store.U64(uint64(last)), nil)
+	_ = b.SetNextSeq(a.next)
+	_ = b.SetIntakeOffset(int64(last))
 	if err := a.st.ApplySync(b); err != nil {
 		a.claims = a.claims[:0]
 		return fmt.Errorf("apply replayed chunk: %w", err)
@@ -413,11 +413,9 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 	if err != nil {
 		return err
 	}
-	wm := uint64(0)
-	if v, err := st.Get(KeyIntakeSeq); err != nil {
+	wm, _, err := st.IntakeSeq()
+	if err != nil {
 		return err
-	} else if n, ok := store.ParseU64(v); ok {
-		wm = n
 	}
 	// Page through the hooks above the watermark, 256 at a time, publishing
 	// each page outside the scan (a publish must not hold the store's read
@@ -459,7 +457,7 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 	}
 	b := st.NewBatch()
 	defer b.Close()
-	_ = b.Set(KeyIntakeSeq, store.U64(next-1), nil)
+	_ = b.SetIntakeSeq(next - 1)
 	return st.ApplySync(b)
 }
 

@@ -197,7 +197,7 @@ func TestRecovery_RepublishesLocalHooksAboveTheWatermark(t *testing.T) {
 	if sum.Republished != 5 || lg.Published() != 5 {
 		t.Fatalf("summary %s, log records %d; want 5 republished", sum, lg.Published())
 	}
-	wm, _ := st.Get(queue.KeyIntakeSeq)
+	wm, _ := st.Get(store.KeyIntakeSeq)
 	if n, _ := store.ParseU64(wm); n != 5 {
 		t.Fatalf("watermark = %d, want 5", n)
 	}
@@ -236,7 +236,7 @@ func TestRecovery_TruncatedLog(t *testing.T) {
 			// The store's offset says it holds everything up to position 1;
 			// retention has since dropped positions 0..3.
 			b := st.NewBatch()
-			_ = b.Set(queue.KeyIntakeOffset, store.U64(1), nil)
+			_ = b.Set(store.KeyIntakeOffset, store.U64(1), nil)
 			if err := st.ApplySync(b); err != nil {
 				t.Fatal(err)
 			}
@@ -318,7 +318,7 @@ func TestRecovery_DryRunWritesNothing(t *testing.T) {
 	if n, _ := st.Count([]byte{store.PrefixHook}); n != 0 {
 		t.Fatalf("dry run wrote %d hooks", n)
 	}
-	if v, _ := st.Get(queue.KeyIntakeOffset); v != nil {
+	if v, _ := st.Get(store.KeyIntakeOffset); v != nil {
 		t.Fatal("dry run wrote the offset")
 	}
 	_ = intake.Position(0)
@@ -329,7 +329,7 @@ func TestRecovery_AllowGapWritesAnAuditRow(t *testing.T) {
 	ackIntoLog(t, lg, 6)
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
 	b := st.NewBatch()
-	_ = b.Set(queue.KeyIntakeOffset, store.U64(1), nil)
+	_ = b.Set(store.KeyIntakeOffset, store.U64(1), nil)
 	if err := st.ApplySync(b); err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +390,7 @@ func TestDual_OffsetIsSeededFromTheStoredRow(t *testing.T) {
 	ackIntoLog(t, lg, 4)
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
 	b := st.NewBatch()
-	_ = b.Set(queue.KeyIntakeOffset, store.U64(3), nil)
+	_ = b.Set(store.KeyIntakeOffset, store.U64(3), nil)
 	if err := st.ApplySync(b); err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +415,7 @@ func TestRecovery_RepublishAboveTheWatermarkLeavesHooksAtOrBelowItAlone(t *testi
 	}
 	q.Close()
 	b := st.NewBatch()
-	_ = b.Set(queue.KeyIntakeSeq, store.U64(4), nil) // seqs 1..4 confirmed in the log
+	_ = b.Set(store.KeyIntakeSeq, store.U64(4), nil) // seqs 1..4 confirmed in the log
 	if err := st.ApplySync(b); err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +430,7 @@ func TestRecovery_RepublishAboveTheWatermarkLeavesHooksAtOrBelowItAlone(t *testi
 	if sum.Republished != 2 || len(seqs) != 2 || seqs[0] != 5 || seqs[1] != 6 {
 		t.Fatalf("republished %d, log holds seqs %v; want exactly 5 and 6", sum.Republished, seqs)
 	}
-	if v, _ := st.Get(queue.KeyIntakeSeq); string(v) != string(store.U64(6)) {
+	if v, _ := st.Get(store.KeyIntakeSeq); string(v) != string(store.U64(6)) {
 		t.Fatalf("watermark after the republish = %x, want 6", v)
 	}
 }

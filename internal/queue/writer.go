@@ -79,7 +79,7 @@ func newWriter(st *store.Store, opts *Options, b *batcher, s *syncer) (*writer, 
 
 // recover reads next_seq and the counts back from the store.
 func (w *writer) recover() error {
-	next, err := storedNextSeq(w.st)
+	next, err := w.st.NextSeq()
 	if err != nil {
 		return err
 	}
@@ -371,7 +371,7 @@ func (w *writer) commit(items []*item) {
 	}
 	var group *dualGroup
 	if written > 0 {
-		_ = batch.Set(store.KeyNextSeq, store.U64(w.nextSeq), nil)
+		_ = batch.SetNextSeq(w.nextSeq)
 		// Remember the group before applying: a failed apply may still have
 		// left rows visible, and the fence must delete them.
 		w.unsynced = append(w.unsynced, appliedGroup{maxSeq: w.nextSeq - 1, keys: keys})
@@ -506,26 +506,3 @@ var errFenceAborted = errors.New("fence aborted by shutdown")
 
 // shutdownFenceTimeout bounds the cleanup of a failure met while stopping.
 const shutdownFenceTimeout = 5 * time.Second
-
-// storedNextSeq is the larger of the stored m:next_seq and the highest hook
-// + 1, so a seq is never reused even if the marker were behind.
-func storedNextSeq(st *store.Store) (uint64, error) {
-	next := uint64(1)
-	if v, err := st.Get(store.KeyNextSeq); err != nil {
-		return 0, fmt.Errorf("read next_seq: %w", err)
-	} else if v != nil {
-		n, ok := store.ParseU64(v)
-		if !ok {
-			return 0, fmt.Errorf("read next_seq: %w", store.ErrCorrupt)
-		}
-		next = max(next, n)
-	}
-	k, err := st.LastKey([]byte{store.PrefixHook}, []byte{store.PrefixHook + 1})
-	if err != nil {
-		return 0, fmt.Errorf("find last hook: %w", err)
-	}
-	if last, ok := store.ParseU64(k[min(1, len(k)):]); ok {
-		next = max(next, last+1)
-	}
-	return next, nil
-}

@@ -130,12 +130,12 @@ func (w *world) checkMarks(n *node) {
 	ds, _ := n.q.Dual()
 	wms := []uint64{ds.Watermark}
 	offs := []intake.Position{intake.Position(ds.Offset)}
-	if v, _ := n.st.Get(queue.KeyIntakeSeq); v != nil {
+	if v, _ := n.st.Get(store.KeyIntakeSeq); v != nil {
 		if u, ok := store.ParseU64(v); ok {
 			wms = append(wms, u)
 		}
 	}
-	if v, _ := n.st.Get(queue.KeyIntakeOffset); v != nil {
+	if v, _ := n.st.Get(store.KeyIntakeOffset); v != nil {
 		if u, ok := store.ParseU64(v); ok {
 			offs = append(offs, intake.Position(u))
 		}

@@ -270,7 +270,7 @@ func (w *world) debugf(n *node, res queue.Result) string {
 		return ""
 	}
 	wm := uint64(0)
-	if v, _ := n.st.Get(queue.KeyIntakeSeq); v != nil {
+	if v, _ := n.st.Get(store.KeyIntakeSeq); v != nil {
 		wm, _ = store.ParseU64(v)
 	}
 	ds, _ := n.q.Dual()

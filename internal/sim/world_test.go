@@ -400,7 +400,7 @@ func (w *world) recover(n *node, restored bool) error {
 	}
 	earliest, _ := n.log.Earliest(ctx)
 	offset, hasOffset := intake.Position(-1), false
-	if v, err := n.st.Get(queue.KeyIntakeOffset); err == nil {
+	if v, err := n.st.Get(store.KeyIntakeOffset); err == nil {
 		if o, ok := store.ParseU64(v); ok {
 			offset, hasOffset = intake.Position(o), true
 		}
@@ -430,7 +430,7 @@ func (w *world) recover(n *node, restored bool) error {
 	}
 	if os.Getenv("SIM_DEBUG") != "" {
 		wm := uint64(0)
-		if v, _ := n.st.Get(queue.KeyIntakeSeq); v != nil {
+		if v, _ := n.st.Get(store.KeyIntakeSeq); v != nil {
 			wm, _ = store.ParseU64(v)
 		}
 		var seqs []uint64
@@ -624,7 +624,7 @@ func (w *world) backup() {
 		Primary: loc, Prefix: w.prefix, SigningKey: []byte(signingKey), Keep: 2,
 		Store: &memCheckpointer{st: n.st, disk: w.disk}, TempDir: filepath.Join(w.tmpDir, "tmp"), Logger: discard,
 		IntakeOffset: func() int64 {
-			if v, err := n.st.Get(queue.KeyIntakeOffset); err == nil {
+			if v, err := n.st.Get(store.KeyIntakeOffset); err == nil {
 				if o, ok := store.ParseU64(v); ok {
 					return int64(o)
 				}

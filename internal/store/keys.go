@@ -35,25 +35,56 @@ const (
 	PrefixRetained  byte = 'g' // g + delivered_at(8, unix ms) + seq(8)         → body bytes(8)
 )
 
-// Meta keys.
+// Meta keys: one row each, read and written only through the typed
+// accessors in meta.go. Same FROZEN FORMAT rule as the families above: the
+// names are on disk (docs/storage.md lists them for operators).
 var (
-	KeyNextSeq = []byte("m:next_seq")
+	// KeyStoreID holds the store's identity (hex, 32 chars). Written once,
+	// synced, by Open when it creates the store; backups of another store
+	// id are refused.
 	KeyStoreID = []byte("m:store_id")
-	KeyFormat  = []byte("m:format")
-	KeyProbe   = []byte("z:probe")
-	// KeyIncarnation names the store's life since its last restore (minted
-	// by the app at a restore; absent means "0"): intake records carry it.
+	// KeyFormat holds FormatVersion (8 bytes). Written with KeyStoreID at
+	// creation; Open refuses a store of another format.
+	KeyFormat = []byte("m:format")
+	// KeyNextSeq holds the next hook seq (8 bytes). Written by the commit
+	// path in every group that wrote a hook (not synced: the hook rows are
+	// the truth, see Store.NextSeq), by the fence after deleting unsynced
+	// groups, and by boot recovery with each replayed chunk.
+	KeyNextSeq = []byte("m:next_seq")
+	// KeyIncarnation holds the store's life since its last restore (hex;
+	// absent means "0"): intake records carry it. Minted, synced, by the
+	// app at the first boot after a restore, together with
+	// KeyIncarnationFrom.
 	KeyIncarnation = []byte("m:incarnation")
+	// KeyIncarnationFrom holds the id of the backup KeyIncarnation was
+	// minted for, so a boot that finds the restore marker again does not
+	// mint twice. Written with KeyIncarnation.
+	KeyIncarnationFrom = []byte("m:incarnation_from")
+	// KeyIntakeNode holds the intake node id the store was written under
+	// (ADR section 8). Stamped, synced, by the app at the first dual boot;
+	// a store stamped with another node id refuses boot.
+	KeyIntakeNode = []byte("m:intake_node")
+	// KeyIntakePartition holds the intake partition this node writes (8
+	// bytes). Stamped, synced, by the app at the first dual boot of a
+	// partitioned adapter and never recomputed, so growing the topic never
+	// remaps a node (ADR section 6).
+	KeyIntakePartition = []byte("m:intake_partition")
+	// KeyIntakeSeq holds the watermark (8 bytes): every seq at or below it
+	// is confirmed in the intake log. Written by the commit path's mark
+	// flush (not synced: a lagging mark costs redundant republishes, never
+	// a hook) and, synced, by boot recovery after its republish.
+	KeyIntakeSeq = []byte("m:intake_seq")
+	// KeyIntakeOffset holds the highest intake log position whose record is
+	// also in this store (8 bytes). Written by the commit path's mark flush
+	// and by boot recovery with each replayed chunk; backups record it as
+	// their recovery point.
+	KeyIntakeOffset = []byte("m:intake_offset")
+	// KeyProbe holds the time (unix ns, 8 bytes) of the last readiness
+	// probe: /readyz writes it, synced, to prove the disk still takes a
+	// synced write (admin/health.go). Outside the m family on purpose: it
+	// is rewritten on every probe and no reader of meta needs it.
+	KeyProbe = []byte("z:probe")
 )
-
-// Incarnation reads the store's incarnation, "0" before any restore.
-func (s *Store) Incarnation() (string, error) {
-	v, err := s.Get(KeyIncarnation)
-	if err != nil || len(v) == 0 {
-		return "0", err
-	}
-	return string(v), nil
-}
 
 // FormatVersion is the on-disk layout this code reads and writes.
 const FormatVersion = 1

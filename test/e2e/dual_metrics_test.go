@@ -14,7 +14,6 @@ import (
 
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/intake/memory"
-	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
@@ -189,7 +188,7 @@ func TestE2E_UpgradeOldStoreBootsUnderDualStampsAndRepublishesEverything(t *test
 	}
 	defer st.Close()
 	node, _ := st.Get([]byte("m:intake_node"))
-	wm, _ := st.Get(queue.KeyIntakeSeq)
+	wm, _ := st.Get(store.KeyIntakeSeq)
 	if string(node) != "node-a" || string(wm) != string(store.U64(5)) {
 		t.Errorf("stamped rows: m:intake_node %q, m:intake_seq %x; want node-a and 5", node, wm)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/intake/memory"
-	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
@@ -168,7 +167,7 @@ func TestE2E_DualMemoryIntake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for key, want := range map[string]uint64{string(queue.KeyIntakeSeq): 1, string(queue.KeyIntakeOffset): uint64(head)} {
+	for key, want := range map[string]uint64{string(store.KeyIntakeSeq): 1, string(store.KeyIntakeOffset): uint64(head)} {
 		v, err := st.Get([]byte(key))
 		got, ok := store.ParseU64(v)
 		if err != nil || !ok || got != want {

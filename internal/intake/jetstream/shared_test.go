@@ -22,7 +22,7 @@ func restoredStore(t *testing.T, offset intake.Position, next uint64) *store.Sto
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
 	b := st.NewBatch()
 	defer b.Close()
-	_ = b.Set(queue.KeyIntakeOffset, store.U64(uint64(offset)), nil)
+	_ = b.Set(store.KeyIntakeOffset, store.U64(uint64(offset)), nil)
 	_ = b.Set(store.KeyNextSeq, store.U64(next), nil)
 	if err := st.ApplySync(b); err != nil {
 		t.Fatal(err)
