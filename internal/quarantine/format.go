@@ -8,12 +8,11 @@ import (
 	"github.com/ankusa/ankusa/internal/store"
 )
 
-// PrefixPen is the key family of the pen: the store reserves 'p' for
-// quarantine, and no other family uses it (see store/keys.go).
+// The pen's rows are the store's 'p' family (store.PenKey, store/keys.go);
+// the store keeps their values as bytes and this file owns the encoding.
 //
 // FROZEN FORMAT (on disk; changing it needs a store format version bump):
 //
-//	key   = 'p' + received_at(8, big-endian unix ms) + id(16)
 //	value = version(1) = 1
 //	        reason        uvarint length + bytes (a verify.Reason)
 //	        source id     uvarint length + bytes
@@ -27,43 +26,13 @@ import (
 // envelope holds: they let List, Purge and Release filter and describe a row
 // without decoding (and copying) its body. The envelope is the truth; a
 // release commits from it alone.
-const PrefixPen byte = 'p'
 
 // rowVersion is the value layout this code reads and writes; a reader
 // refuses any other.
 const rowVersion byte = 1
 
-// keyLen is the length of a pen key.
-const keyLen = 1 + 8 + 16
-
 // errCorruptRow is returned for a pen value that does not parse.
 var errCorruptRow = errors.New("quarantine: corrupt pen row")
-
-// penKey is p + received_at(ms) + id.
-func penKey(receivedAtMs int64, id [16]byte) []byte {
-	k := make([]byte, keyLen)
-	k[0] = PrefixPen
-	binary.BigEndian.PutUint64(k[1:9], uint64(receivedAtMs))
-	copy(k[9:], id[:])
-	return k
-}
-
-// timeBound is p + ms: the first key of that millisecond.
-func timeBound(ms int64) []byte {
-	k := make([]byte, 9)
-	k[0] = PrefixPen
-	binary.BigEndian.PutUint64(k[1:], uint64(ms))
-	return k
-}
-
-// parseKey splits a pen key.
-func parseKey(k []byte) (receivedAtMs int64, id [16]byte, ok bool) {
-	if len(k) != keyLen || k[0] != PrefixPen {
-		return 0, id, false
-	}
-	copy(id[:], k[9:])
-	return int64(binary.BigEndian.Uint64(k[1:9])), id, true
-}
 
 // encodeRow builds a pen value.
 func encodeRow(env *store.Envelope, reason string) []byte {

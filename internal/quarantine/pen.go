@@ -112,12 +112,12 @@ func New(st *store.Store, o Options) (*Pen, error) {
 		log:     o.Logger.With("component", "quarantine"),
 	}
 	corrupt := 0
-	err := st.Scan([]byte{PrefixPen}, []byte{PrefixPen + 1}, func(k, v []byte) bool {
-		if _, err := parseRow(v); err != nil {
+	err := st.ScanPen(nil, 0, store.PenOpen, func(r store.PenRow) bool {
+		if _, err := parseRow(r.Value); err != nil {
 			corrupt++
 		}
 		p.records++
-		p.bytes += accounted(v)
+		p.bytes += accounted(r.Value)
 		return true
 	})
 	if err != nil {
@@ -183,7 +183,7 @@ func (p *Pen) write(env *store.Envelope, reason string) error {
 	}
 	defer b.Close()
 	ms := time.Unix(0, env.ReceivedAt).UnixMilli()
-	if err := b.Set(penKey(ms, env.ID), encodeRow(env, reason), nil); err != nil {
+	if err := b.PutPen(store.PenRef{ReceivedAtMs: ms, ID: env.ID}, encodeRow(env, reason)); err != nil {
 		return fmt.Errorf("quarantine: hold: %w", err)
 	}
 	if err := p.st.ApplySync(b); err != nil {
@@ -212,16 +212,17 @@ type Filter struct {
 	Limit int
 }
 
-// rangeOf is the key range of received_at in [since, until].
-func rangeOf(since, until time.Time) (lower, upper []byte) {
-	lower, upper = []byte{PrefixPen}, []byte{PrefixPen + 1}
+// rangeOf is store.ScanPen's range of received_at in [since, until] (a
+// zero time leaves that end open).
+func rangeOf(since, until time.Time) (sinceMs, untilMs int64) {
+	sinceMs, untilMs = 0, store.PenOpen
 	if !since.IsZero() {
-		lower = timeBound(max(since.UnixMilli(), 0))
+		sinceMs = since.UnixMilli()
 	}
 	if !until.IsZero() {
-		upper = timeBound(max(until.UnixMilli()+1, 0))
+		untilMs = until.UnixMilli()
 	}
-	return lower, upper
+	return sinceMs, untilMs
 }
 
 // List returns how many held hooks match f and the newest Limit of them,
@@ -234,15 +235,12 @@ func (p *Pen) List(f Filter) (total int, entries []Held, err error) {
 	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
 		return 0, nil, nil
 	}
-	lower, upper := rangeOf(f.Since, f.Until)
+	sinceMs, untilMs := rangeOf(f.Since, f.Until)
 	// The scan runs oldest first; ring keeps the newest Limit matches.
 	ring := make([]Held, f.Limit)
-	err = p.st.Scan(lower, upper, func(k, v []byte) bool {
-		_, id, ok := parseKey(k)
-		if !ok {
-			return true
-		}
-		r, perr := parseRow(v)
+	err = p.st.ScanPen(nil, sinceMs, untilMs, func(row store.PenRow) bool {
+		id := row.ID
+		r, perr := parseRow(row.Value)
 		if perr != nil {
 			if f.SourceID == "" {
 				ring[total%f.Limit] = Held{ID: uuid.UUID(id).String(), Reason: "corrupt_row"}
@@ -295,7 +293,7 @@ func (p *Pen) Purge(f PurgeFilter) (int, error) {
 	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
 		return 0, nil
 	}
-	lower, upper := rangeOf(f.Since, f.Until)
+	sinceMs, untilMs := rangeOf(f.Since, f.Until)
 	p.delMu.Lock()
 	defer p.delMu.Unlock()
 	b := p.st.NewBatch()
@@ -305,23 +303,19 @@ func (p *Pen) Purge(f PurgeFilter) (int, error) {
 	defer b.Close()
 	n := 0
 	var freed int64
-	err := p.st.Scan(lower, upper, func(k, v []byte) bool {
-		_, id, ok := parseKey(k)
-		if !ok {
-			return true
-		}
-		if f.ID != ([16]byte{}) && id != f.ID {
+	err := p.st.ScanPen(nil, sinceMs, untilMs, func(row store.PenRow) bool {
+		if f.ID != ([16]byte{}) && row.ID != f.ID {
 			return true
 		}
 		if f.SourceID != "" {
-			r, perr := parseRow(v)
+			r, perr := parseRow(row.Value)
 			if perr != nil || string(r.source) != f.SourceID {
 				return true
 			}
 		}
-		_ = b.Delete(k, nil) // the batch copies k
+		_ = b.DeletePen(row.PenRef)
 		n++
-		freed += accounted(v)
+		freed += accounted(row.Value)
 		return true
 	})
 	if err != nil {

@@ -1,7 +1,6 @@
 package quarantine
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -54,7 +53,7 @@ func NewRelease(pen *Pen, sources func(id string) (*edge.Source, bool), q Submit
 }
 
 type item struct {
-	key []byte
+	ref store.PenRef
 	val []byte // nil: passed over (another source's row)
 }
 
@@ -68,31 +67,22 @@ func (r *Release) Release(ctx context.Context, sourceID string, cursor []byte, u
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n = max(n, 1)
-	lower := []byte{PrefixPen}
-	if len(cursor) > 0 {
-		lower = append(append(make([]byte, 0, len(cursor)+1), cursor...), 0) // strictly after
-	}
-	upper := timeBound(max(untilMs, -1) + 1)
-	if bytes.Compare(lower, upper) >= 0 {
-		return 0, 0, nil, true, nil
-	}
-
 	var items []item
 	matched := 0
 	done = true
-	serr := r.pen.st.Scan(lower, upper, func(k, v []byte) bool {
+	serr := r.pen.st.ScanPen(cursor, 0, max(untilMs, -1), func(pr store.PenRow) bool {
 		match := true
 		if sourceID != "" {
-			row, perr := parseRow(v)
+			row, perr := parseRow(pr.Value)
 			match = perr == nil && string(row.source) == sourceID
 		}
 		if match && matched == n {
 			done = false // one more to do: the next step's
 			return false
 		}
-		it := item{key: append([]byte(nil), k...)}
+		it := item{ref: pr.PenRef}
 		if match {
-			it.val = append([]byte(nil), v...)
+			it.val = append([]byte(nil), pr.Value...)
 			matched++
 		}
 		items = append(items, it)
@@ -106,7 +96,7 @@ func (r *Release) Release(ctx context.Context, sourceID string, cursor []byte, u
 		return 0, 0, nil, false, fmt.Errorf("quarantine: release scan: %w", serr)
 	}
 
-	var committed [][]byte
+	var committed []store.PenRef
 	for _, it := range items {
 		if it.val != nil {
 			ok, rerr := r.releaseOne(ctx, it)
@@ -115,12 +105,12 @@ func (r *Release) Release(ctx context.Context, sourceID string, cursor []byte, u
 				break
 			}
 			if ok {
-				committed = append(committed, it.key)
+				committed = append(committed, it.ref)
 			} else {
 				skipped++
 			}
 		}
-		next = it.key
+		next = it.ref.Cursor()
 	}
 	if len(committed) > 0 {
 		if _, derr := r.pen.remove(committed); derr != nil {
@@ -139,8 +129,7 @@ func (r *Release) Release(ctx context.Context, sourceID string, cursor []byte, u
 // releaseOne re-verifies and commits one held hook. ok false means it stays
 // held (skipped); an error means the commit path failed and the step stops.
 func (r *Release) releaseOne(ctx context.Context, it item) (ok bool, err error) {
-	_, kid, _ := parseKey(it.key)
-	log := r.pen.log.With("id", uuid.UUID(kid).String())
+	log := r.pen.log.With("id", uuid.UUID(it.ref.ID).String())
 	row, err := parseRow(it.val)
 	if err != nil {
 		log.Warn("held hook does not parse; left in the pen", "err", err)
@@ -203,7 +192,7 @@ func httpHeader(hs []store.Header) http.Header {
 
 // remove deletes the given rows that still exist, in one synced batch, and
 // takes them off the counters.
-func (p *Pen) remove(keys [][]byte) (int, error) {
+func (p *Pen) remove(refs []store.PenRef) (int, error) {
 	p.delMu.Lock()
 	defer p.delMu.Unlock()
 	b := p.st.NewBatch()
@@ -213,15 +202,15 @@ func (p *Pen) remove(keys [][]byte) (int, error) {
 	defer b.Close()
 	n := 0
 	var freed int64
-	for _, k := range keys {
-		v, err := p.st.Get(k)
+	for _, ref := range refs {
+		v, err := p.st.ReadPen(ref)
 		if err != nil {
 			return 0, err
 		}
 		if v == nil {
 			continue // purged meanwhile
 		}
-		_ = b.Delete(k, nil)
+		_ = b.DeletePen(ref)
 		n++
 		freed += accounted(v)
 	}

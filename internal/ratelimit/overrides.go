@@ -34,10 +34,10 @@ type limitJSON struct {
 // LoadOverrides reads the persisted overrides into g.
 func LoadOverrides(st *store.Store, g *GCRA, configured map[string]Limit) (*Overrides, error) {
 	o := &Overrides{st: st, g: g, cfg: configured, set: map[string]Limit{}}
-	err := st.Scan([]byte{store.PrefixRate}, []byte{store.PrefixRate + 1}, func(k, v []byte) bool {
+	err := st.ScanRateOverrides(func(tenant string, v []byte) bool {
 		var l limitJSON
 		if json.Unmarshal(v, &l) == nil {
-			o.set[string(k[1:])] = Limit(l)
+			o.set[tenant] = Limit(l)
 		}
 		return true
 	})
@@ -74,7 +74,7 @@ func (o *Overrides) Put(tenant string, l Limit) (Limit, error) {
 	v, _ := json.Marshal(limitJSON(l))
 	b := o.st.NewBatch()
 	defer b.Close()
-	_ = b.Set(append([]byte{store.PrefixRate}, tenant...), v, nil)
+	_ = b.PutRateOverride(tenant, v)
 	if err := o.st.ApplySync(b); err != nil {
 		return Limit{}, fmt.Errorf("persist rate limit of %s: %w", tenant, err)
 	}
@@ -93,7 +93,7 @@ func (o *Overrides) Delete(tenant string) (bool, error) {
 	}
 	b := o.st.NewBatch()
 	defer b.Close()
-	_ = b.Delete(append([]byte{store.PrefixRate}, tenant...), nil)
+	_ = b.DeleteRateOverride(tenant)
 	if err := o.st.ApplySync(b); err != nil {
 		return false, fmt.Errorf("delete rate limit of %s: %w", tenant, err)
 	}

@@ -169,9 +169,6 @@ func New(o Options) *Manager {
 // ID is the source id of an API source: "<tenant>.<name>".
 func ID(tenant, name string) string { return tenant + "." + name }
 
-// SourceKey is the store key of an API source: s + id.
-func SourceKey(id string) []byte { return append([]byte{store.PrefixSource}, id...) }
-
 // Load reads every stored API source, builds its verifier and sinks and
 // registers it. A source that no longer passes the rules, or whose sink
 // cannot be built, fails Load (naming it), like a bad static source fails
@@ -183,18 +180,18 @@ func (m *Manager) Load() error {
 	defer m.mu.Unlock()
 	var recs []record
 	var bad error
-	err := m.o.Store.Scan([]byte{store.PrefixSource}, []byte{store.PrefixSource + 1}, func(k, v []byte) bool {
+	err := m.o.Store.ScanSources(func(id string, v []byte) bool {
 		var r record
 		if err := json.Unmarshal(v, &r); err != nil {
-			bad = fmt.Errorf("stored source %q: %w", k[1:], err)
+			bad = fmt.Errorf("stored source %q: %w", id, err)
 			return false
 		}
 		if r.Format != recordFormat {
-			bad = fmt.Errorf("stored source %q: unknown format %d (this version reads %d)", k[1:], r.Format, recordFormat)
+			bad = fmt.Errorf("stored source %q: unknown format %d (this version reads %d)", id, r.Format, recordFormat)
 			return false
 		}
-		if r.id() != string(k[1:]) {
-			bad = fmt.Errorf("stored source %q names %q", k[1:], r.id())
+		if r.id() != id {
+			bad = fmt.Errorf("stored source %q names %q", id, r.id())
 			return false
 		}
 		recs = append(recs, r)
@@ -411,7 +408,7 @@ func (m *Manager) Delete(tenant, name string, deadLetter bool) (Deleted, error) 
 		return Deleted{}, store.ErrClosed
 	}
 	defer b.Close()
-	_ = b.Delete(SourceKey(id), nil)
+	_ = b.DeleteSource(id)
 	if err := m.o.Store.ApplySync(b); err != nil {
 		m.restore(e)
 		return Deleted{}, fmt.Errorf("delete source %s: %w", id, err)
@@ -566,7 +563,7 @@ func (m *Manager) persist(rec record) error {
 		return store.ErrClosed
 	}
 	defer b.Close()
-	_ = b.Set(SourceKey(rec.id()), raw, nil)
+	_ = b.PutSource(rec.id(), raw)
 	if err := m.o.Store.ApplySync(b); err != nil {
 		return fmt.Errorf("store source %s: %w", rec.id(), err)
 	}

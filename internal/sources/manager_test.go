@@ -31,7 +31,7 @@ func parse(t *testing.T, js string) config.SourceConfig {
 // stored reads the stored block of id (secrets included).
 func stored(t *testing.T, e *sourcestest.Env, id string) config.SourceConfig {
 	t.Helper()
-	v, err := e.Store.Get(sources.SourceKey(id))
+	v, err := e.Store.Get(store.SourceKey(id))
 	if err != nil || v == nil {
 		t.Fatalf("source %s not stored (%v)", id, err)
 	}
@@ -303,7 +303,7 @@ func TestLoad_RefusesBadRows(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
 			b := st.NewBatch()
-			_ = b.Set(sources.SourceKey("acme.x"), []byte(row), nil)
+			_ = b.Set(store.SourceKey("acme.x"), []byte(row), nil)
 			if err := st.ApplySync(b); err != nil {
 				t.Fatal(err)
 			}

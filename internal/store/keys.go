@@ -21,11 +21,11 @@ const (
 	PrefixExpiry   byte = 'e' // e + expires_at(8, unix ms) + dedupe key body → empty
 	PrefixSinkNum  byte = 'k' // k + source 0 sink-id                         → sink number(2)
 	PrefixJob      byte = 'j' // j + job id                                   → replay job JSON
-	PrefixRate     byte = 'r' // r + tenant                                   → rate-limit override JSON
+	PrefixRate     byte = 'r' // r + tenant                                   → rate-limit override JSON (ratelimit.go)
 	PrefixAudit    byte = 'a' // a + at(8, unix ns) + action                   → audit JSON (operator actions)
-	PrefixPen      byte = 'p' // p + received_at(8) + id(16)                  → quarantined hook (internal/quarantine)
-	PrefixSource   byte = 's' // s + source id                                → API-managed source JSON
-	PrefixProbe    byte = 'z' // z:probe                                      → readiness probe stamp
+	PrefixPen      byte = 'p' // p + received_at(8, unix ms) + id(16)         → quarantined hook (quarantine.go)
+	PrefixSource   byte = 's' // s + source id                                → API-managed source JSON (sources.go)
+	PrefixProbe    byte = 'z' // z:probe                                      → readiness probe stamp (KeyProbe)
 	// History (retention.delivered): the listing indexes, the attempt log
 	// and the retained set. Written with the hook / the outcome, deleted
 	// with the hook (HookRowKeys lists them).
@@ -337,4 +337,40 @@ func ParseRetainedKey(k []byte) (deliveredAtMs int64, seq uint64, ok bool) {
 // HookIndexKeys are the listing index rows written with a hook.
 func HookIndexKeys(tenant, source string, seq uint64) [2][]byte {
 	return [2][]byte{SourceIndexKey(source, seq), TenantIndexKey(tenant, seq)}
+}
+
+// SourceKey is s + id: one API-managed source (internal/sources).
+func SourceKey(id string) []byte { return append([]byte{PrefixSource}, id...) }
+
+// RateKey is r + tenant: one tenant's runtime rate-limit override.
+func RateKey(tenant string) []byte { return append([]byte{PrefixRate}, tenant...) }
+
+// penKeyLen is the length of a pen key: p + received_at(8) + id(16).
+const penKeyLen = 1 + 8 + 16
+
+// PenKey is p + received_at(ms) + id: one quarantined hook, in the order
+// it arrived (internal/quarantine).
+func PenKey(receivedAtMs int64, id [16]byte) []byte {
+	k := make([]byte, penKeyLen)
+	k[0] = PrefixPen
+	binary.BigEndian.PutUint64(k[1:9], uint64(receivedAtMs))
+	copy(k[9:], id[:])
+	return k
+}
+
+// penTimeBound is p + ms: the first pen key of that millisecond.
+func penTimeBound(ms int64) []byte {
+	k := make([]byte, 9)
+	k[0] = PrefixPen
+	binary.BigEndian.PutUint64(k[1:], uint64(ms))
+	return k
+}
+
+// ParsePenKey splits a pen key.
+func ParsePenKey(k []byte) (receivedAtMs int64, id [16]byte, ok bool) {
+	if len(k) != penKeyLen || k[0] != PrefixPen {
+		return 0, id, false
+	}
+	copy(id[:], k[9:])
+	return int64(binary.BigEndian.Uint64(k[1:9])), id, true
 }

@@ -1,0 +1,102 @@
+package store
+
+import "math"
+
+// API-managed sources (s + id → the sources package's JSON record). The
+// store keeps the bytes; internal/sources owns their encoding.
+
+// PutSource records the stored form of API source id.
+func (b *Batch) PutSource(id string, v []byte) error { return b.Set(SourceKey(id), v, nil) }
+
+// DeleteSource removes API source id.
+func (b *Batch) DeleteSource(id string) error { return b.Delete(SourceKey(id), nil) }
+
+// ScanSources calls fn for every stored API source, by id, until fn
+// returns false. v is only valid during the call.
+func (s *Store) ScanSources(fn func(id string, v []byte) bool) error {
+	return s.Scan([]byte{PrefixSource}, []byte{PrefixSource + 1}, func(k, v []byte) bool {
+		return fn(string(k[1:]), v)
+	})
+}
+
+// Runtime rate-limit overrides (r + tenant → the ratelimit package's JSON).
+
+// PutRateOverride records tenant's override.
+func (b *Batch) PutRateOverride(tenant string, v []byte) error {
+	return b.Set(RateKey(tenant), v, nil)
+}
+
+// DeleteRateOverride removes tenant's override.
+func (b *Batch) DeleteRateOverride(tenant string) error { return b.Delete(RateKey(tenant), nil) }
+
+// ScanRateOverrides calls fn for every stored override, by tenant, until fn
+// returns false. v is only valid during the call.
+func (s *Store) ScanRateOverrides(fn func(tenant string, v []byte) bool) error {
+	return s.Scan([]byte{PrefixRate}, []byte{PrefixRate + 1}, func(k, v []byte) bool {
+		return fn(string(k[1:]), v)
+	})
+}
+
+// The quarantine pen (p + received_at + id → the quarantine package's row
+// encoding). Rows sort by the time they arrived.
+
+// PenRef names one pen row.
+type PenRef struct {
+	ReceivedAtMs int64
+	ID           [16]byte
+}
+
+// Cursor is the row's position in the pen, for ScanPen's after (a release
+// job keeps it between steps, so its bytes are stored in the job row).
+func (r PenRef) Cursor() []byte { return PenKey(r.ReceivedAtMs, r.ID) }
+
+// PenRow is one pen row as ScanPen passes it.
+type PenRow struct {
+	PenRef
+	// Value is only valid during the ScanPen callback.
+	Value []byte
+}
+
+// PenOpen is ScanPen's untilMs for "no upper bound".
+const PenOpen = math.MaxInt64
+
+// PutPen records one pen row.
+func (b *Batch) PutPen(r PenRef, v []byte) error { return b.Set(r.Cursor(), v, nil) }
+
+// DeletePen removes one pen row.
+func (b *Batch) DeletePen(r PenRef) error { return b.Delete(r.Cursor(), nil) }
+
+// ReadPen returns the value of one pen row, nil if absent.
+func (s *Store) ReadPen(r PenRef) ([]byte, error) { return s.Get(r.Cursor()) }
+
+// ScanPen calls fn, oldest first, for every pen row whose received_at (ms)
+// is in [sinceMs, untilMs] and whose key is after the cursor after (nil:
+// from the first row), until fn returns false. A time below 0 counts as 0;
+// untilMs = PenOpen leaves the range open at the top. A key in the family
+// that is not a pen key (no writer makes one) is passed over.
+func (s *Store) ScanPen(after []byte, sinceMs, untilMs int64, fn func(r PenRow) bool) error {
+	lower := penTimeBound(max(sinceMs, 0))
+	if sinceMs <= 0 {
+		lower = []byte{PrefixPen}
+	}
+	if len(after) > 0 {
+		strict := append(append(make([]byte, 0, len(after)+1), after...), 0)
+		if string(strict) > string(lower) {
+			lower = strict
+		}
+	}
+	upper := []byte{PrefixPen + 1}
+	if untilMs != PenOpen {
+		upper = penTimeBound(max(untilMs+1, 0))
+	}
+	if string(lower) >= string(upper) {
+		return nil
+	}
+	return s.Scan(lower, upper, func(k, v []byte) bool {
+		at, id, ok := ParsePenKey(k)
+		if !ok {
+			return true
+		}
+		return fn(PenRow{PenRef: PenRef{ReceivedAtMs: at, ID: id}, Value: v})
+	})
+}
