@@ -51,12 +51,8 @@ func (w *writer) completeLocal(es []*pendingEntry) error {
 			present = append(present, e)
 			continue
 		}
-		for _, o := range e.ops {
-			_ = b.Set(o.k, o.v, nil)
-			if len(o.k) > 0 && o.k[0] == store.PrefixDelivery {
-				deliveries++
-			}
-		}
+		_ = b.PutRows(e.rows) // a dead batch fails the apply
+		deliveries += uint64(store.DeliveryRows(e.rows))
 		written = append(written, e)
 	}
 	if len(written) == 0 && len(present) > 0 {

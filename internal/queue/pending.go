@@ -6,11 +6,8 @@ import (
 	"time"
 
 	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/store"
 )
-
-// kv is one write of a record's local half, kept so the reconciler can
-// re-apply exactly what the commit would have written.
-type kv struct{ k, v []byte }
 
 // pendingEntry is one record not yet confirmed in both places (ADR section
 // 5): its log record, its local ops, and which halves are done.
@@ -19,7 +16,7 @@ type pendingEntry struct {
 	id      [16]byte
 	dedupe  string // the u-key, "" without dedupe
 	rec     intake.Record
-	ops     []kv
+	rows    []store.Row // its local half, kept so complete-local re-applies exactly what the commit wrote
 	size    int64
 	firstAt time.Time
 

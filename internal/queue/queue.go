@@ -43,11 +43,9 @@ var (
 	ErrClosed = errors.New("queue: closed")
 )
 
-// SinkRef is one delivery obligation of a record.
-type SinkRef struct {
-	Num uint16
-	ID  string
-}
+// SinkRef is one delivery obligation of a record: the store's own type,
+// so a record's sinks become its delivery rows (store.HookRows) as they are.
+type SinkRef = store.HookSink
 
 // Record is one hook on its way into the store.
 type Record struct {

@@ -351,26 +351,12 @@ func (a *applier) write(b *store.Batch, env *store.Envelope, seq uint64) {
 		a.log.Warn("replay: unknown source; the hook is stored without deliveries", "source", env.Source, "seq", seq)
 	}
 	env.Seq = seq
-	_ = b.Set(store.HookKey(seq), store.EncodeEnvelope(env), nil)
-	_ = b.Set(store.HookIDKey(env.ID), store.U64(seq), nil)
-	for _, k := range store.HookIndexKeys(env.Tenant, env.Source, seq) {
-		_ = b.Set(k, nil, nil)
-	}
-	dueAt := a.o.Now().UnixMilli()
-	for _, sk := range route.Sinks {
-		_ = b.Set(store.DeliveryKey(seq, sk.Num), store.EncodeDelivery(&store.Delivery{
-			State: store.StateDue, NextAtMs: dueAt, Size: uint32(len(env.Body)), SinkID: sk.ID,
-		}), nil)
-		_ = b.Set(store.DueKey(dueAt, seq, sk.Num), nil, nil)
-	}
+	h := &store.NewHook{Env: env, Sinks: route.Sinks, DueAtMs: a.o.Now().UnixMilli()}
 	if env.DedupeKey != "" && route.DedupeTTL > 0 {
-		uk := store.DedupeKey(env.Tenant, env.Source, env.DedupeKey)
 		exp := time.Unix(0, env.ReceivedAt).Add(route.DedupeTTL).UnixMilli()
-		if exp > a.o.Now().UnixMilli() {
-			_ = b.Set(uk, store.EncodeDedupe(&store.DedupeEntry{ExpiresAtMs: exp, ID: env.ID, Seq: seq}), nil)
-			_ = b.Set(store.ExpiryKey(exp, uk), nil, nil)
-		}
+		h.Dedupe, h.DedupeExpiresAtMs = exp > a.o.Now().UnixMilli(), exp
 	}
+	_, _ = b.PutHook(h) // a dead batch fails the chunk's apply
 	if env.DedupeKey != "" && route.DedupeTTL > 0 && a.o.OnApplied != nil {
 		a.claims = append(a.claims, appliedClaim{env.Tenant, env.Source, env.DedupeKey, env.ID,
 			time.Unix(0, env.ReceivedAt).Add(route.DedupeTTL)})

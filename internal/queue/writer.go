@@ -17,7 +17,7 @@ import (
 // that the fence can delete exactly the groups no fsync covered.
 type appliedGroup struct {
 	maxSeq uint64
-	keys   [][]byte
+	rows   []store.Row
 }
 
 type sweepRequest struct {
@@ -182,7 +182,34 @@ func (w *writer) round(ctx context.Context) {
 	}
 }
 
-// commit builds, applies and hands off one group.
+// commitGroup is one group while the writer builds it: its batch, the
+// callers it answers, and what the fence (rows) and the dual join
+// (entries) need.
+type commitGroup struct {
+	now      time.Time
+	nowMs    int64
+	dual     bool
+	batch    *store.Batch
+	replies  []pendingReply
+	dups     []pendingReply // dual: duplicates are answered by the local fsync alone
+	rows     []store.Row    // every row the group writes, for the fence's undo
+	entries  []*pendingEntry
+	inGroup  map[string]original // dedupe key → the new hook of this group holding it
+	bytes    int64               // dual: what the group adds to the pending set
+	firstSeq uint64
+	sinks    uint64 // delivery rows written
+	start    time.Time
+}
+
+// original is the hook a dedupe key of this group was first written with.
+type original struct {
+	id  [16]byte
+	seq uint64
+}
+
+// commit builds, applies and hands off one group: admit (the dual gate),
+// add each record (answered at once, or written as a new hook), then
+// apply and hand the callers to the syncer.
 func (w *writer) commit(items []*item) {
 	if w.fenced.Load() {
 		for _, it := range items {
@@ -191,207 +218,219 @@ func (w *writer) commit(items []*item) {
 		return
 	}
 	now := w.opts.Now()
-	dual := w.dual != nil
-	probe := false
-	if dual {
-		var ok bool
-		ok, probe = w.dual.gate.admit(now, w.dual.in.Ready())
-		if !ok {
-			// Open gate: refused before any seq, so nothing exists half-way.
-			for _, it := range items {
-				w.dual.obs.IntakeRefused("breaker")
-				w.b.answer(it, outcome{err: w.dual.unavailable})
-			}
+	ok, probe := w.admit(now, items)
+	if !ok {
+		return
+	}
+	g := &commitGroup{
+		now: now, nowMs: now.UnixMilli(), dual: w.dual != nil, batch: w.st.NewBatch(),
+		replies: make([]pendingReply, 0, len(items)), firstSeq: w.nextSeq, start: time.Now(),
+	}
+	defer g.batch.Close()
+	for _, it := range items {
+		w.add(g, it)
+	}
+	w.apply(g, len(items), probe)
+}
+
+// admit asks the dual gate whether the group may start; probe says it is
+// the gate's probe. An open gate refuses every record before any seq, so
+// nothing exists half-way. Always admitted under wal.type: disk.
+func (w *writer) admit(now time.Time, items []*item) (ok, probe bool) {
+	if w.dual == nil {
+		return true, false
+	}
+	ok, probe = w.dual.gate.admit(now, w.dual.in.Ready())
+	if !ok {
+		for _, it := range items {
+			w.dual.obs.IntakeRefused("breaker")
+			w.b.answer(it, outcome{err: w.dual.unavailable})
+		}
+	}
+	return ok, probe
+}
+
+// add puts one record into the group: answered at once (waited past its
+// deadline, a duplicate, refused) or written as a new hook.
+func (w *writer) add(g *commitGroup, it *item) {
+	if g.now.Sub(it.enqueued) > w.opts.Deadline {
+		w.b.answer(it, outcome{err: fmt.Errorf("%w: waited %s to start committing", ErrOverload, g.now.Sub(it.enqueued))})
+		return
+	}
+	r := it.rec
+	var uk []byte
+	if r.DedupeKey != "" {
+		uk = store.DedupeKey(r.Tenant, r.Source, r.DedupeKey)
+		if w.duplicate(g, it, uk) {
 			return
 		}
 	}
-	nowMs := now.UnixMilli()
-	batch := w.st.NewBatch()
-	defer batch.Close()
-	replies := make([]pendingReply, 0, len(items))
-	var dups []pendingReply // dual: duplicates are answered by the local fsync alone
-	var keys [][]byte
-	var entries []*pendingEntry
-	var deliveries uint64
-	type original struct {
-		id  [16]byte
-		seq uint64
+	if g.dual && w.refuseDual(g, it) {
+		return
 	}
-	var inGroup map[string]original
-	var groupBytes int64
-	firstSeq := w.nextSeq
-	start := time.Now()
+	w.putHook(g, it, uk)
+}
 
-	for _, it := range items {
-		if now.Sub(it.enqueued) > w.opts.Deadline {
-			w.b.answer(it, outcome{err: fmt.Errorf("%w: waited %s to start committing", ErrOverload, now.Sub(it.enqueued))})
-			continue
+// duplicate resolves a record's dedupe key uk. It reports true when the
+// record is answered (refused, or joined as a duplicate of its original);
+// false when it is a new hook: no original, an expired one, or one whose
+// claim was released (its dedupe row is then replaced in this batch).
+func (w *writer) duplicate(g *commitGroup, it *item, uk []byte) bool {
+	if o, ok := g.inGroup[string(uk)]; ok {
+		// Rule 3: answered once the original's fsync returns. Under dual
+		// the original is in this very group, so the duplicate shares
+		// its fate: it joins the group's replies.
+		g.replies = append(g.replies, pendingReply{it: it, res: Result{ID: o.id, Seq: o.seq, Duplicate: true}, need: o.seq})
+		if g.dual {
+			g.entries = append(g.entries, nil)
 		}
-		r := it.rec
-		var uk []byte
-		if r.DedupeKey != "" {
-			uk = store.DedupeKey(r.Tenant, r.Source, r.DedupeKey)
-			if o, ok := inGroup[string(uk)]; ok {
-				// Rule 3: answered once the original's fsync returns. Under dual
-				// the original is in this very group, so the duplicate shares
-				// its fate: it joins the group's replies.
-				pr := pendingReply{it: it, res: Result{ID: o.id, Seq: o.seq, Duplicate: true}, need: o.seq}
-				replies = append(replies, pr)
-				if dual {
-					entries = append(entries, nil)
-				}
-				continue
-			}
-			// Under dual the pending set is consulted before the store rows,
-			// and again for the hook a row names: a 201 duplicate is only
-			// ever sent for a hook confirmed in both places (ADR section 3).
-			held := claimNone
-			if dual {
-				held = w.dual.pending.claimOf(string(uk), now, w.dual.opts.ReconcileDeadline)
-			}
-			if held == claimHeld {
-				w.dual.obs.IntakeRefused("pending_dedupe")
-				w.b.answer(it, outcome{err: ErrIntakePending})
-				continue
-			}
-			if held == claimNone {
-				v, err := w.st.Get(uk)
-				if err != nil {
-					w.b.answer(it, outcome{err: fmt.Errorf("%w: dedupe lookup: %w", ErrStoreUnavailable, err)})
-					continue
-				}
-				var e *store.DedupeEntry
-				if v != nil {
-					if d, derr := store.DecodeDedupe(v); derr == nil && d.ExpiresAtMs > nowMs {
-						e = d
-					}
-				}
-				if e != nil && dual {
-					held = w.dual.pending.claimOfSeq(e.Seq, now, w.dual.opts.ReconcileDeadline)
-				}
-				if held == claimHeld {
-					w.dual.obs.IntakeRefused("pending_dedupe")
-					w.b.answer(it, outcome{err: ErrIntakePending})
-					continue
-				}
-				if e != nil && held == claimNone {
-					pr := pendingReply{it: it, res: Result{ID: e.ID, Seq: e.Seq, Duplicate: true}, need: e.Seq}
-					if dual {
-						dups = append(dups, pr)
-					} else {
-						replies = append(replies, pr)
-					}
-					continue
-				}
-			}
-			// claimReleased, an expired row or none: a new hook; its dedupe
-			// row replaces the old one in this group's batch.
-		}
-		env := store.Envelope{
-			ID: it.id, ReceivedAt: r.ReceivedAt.UnixNano(),
-			Tenant: r.Tenant, Source: r.Source, ContentType: r.ContentType,
-			DedupeKey: r.DedupeKey, Flagged: r.Flagged, SHA256: sha256.Sum256(r.Body),
-			Headers: r.Headers, Body: r.Body,
-		}
-		if dual {
-			// Refusals before either half: no seq, nothing written.
-			// it.size covers body, headers and keys; the envelope adds a fixed
-			// few dozen bytes.
-			if it.size+envelopeOverhead > w.dual.maxRecord {
-				w.dual.obs.IntakeRefused("record_too_large")
-				w.b.answer(it, outcome{err: w.dual.unavailable})
-				continue
-			}
-			if !w.dual.pending.room(len(entries)+1, groupBytes+2*it.size) {
-				w.dual.obs.IntakeRefused("backlog")
-				w.b.answer(it, outcome{err: w.dual.unavailable})
-				continue
-			}
-		}
-		seq := w.nextSeq
-		w.nextSeq++
-		env.Seq = seq
-		val := store.EncodeEnvelope(&env)
-		ops := make([]kv, 0, 6+2*len(r.Sinks))
-		ops = append(ops, kv{store.HookKey(seq), val}, kv{store.HookIDKey(it.id), store.U64(seq)})
-		// The listing indexes (GET /v1/hooks?source|tenant) ride in the
-		// hook's batch, so the fence undoes them with it.
-		idx := store.HookIndexKeys(env.Tenant, env.Source, seq)
-		ops = append(ops, kv{idx[0], nil}, kv{idx[1], nil})
-		// Due at commit time, never earlier than the previous group's: new due
-		// keys only ever land at or after dispatch's scan cursor, so its scan
-		// can skip the tombstones of rows it already claimed.
-		dueAt := max(nowMs, w.lastDueAt)
-		w.lastDueAt = dueAt
-		for _, sk := range r.Sinks {
-			ops = append(ops,
-				kv{store.DeliveryKey(seq, sk.Num), store.EncodeDelivery(&store.Delivery{
-					State: store.StateDue, NextAtMs: dueAt, Size: uint32(len(r.Body)), SinkID: sk.ID,
-				})},
-				kv{store.DueKey(dueAt, seq, sk.Num), nil})
-			deliveries++
-		}
-		if uk != nil {
-			// Rule 2: the dedupe rows ride in the hook's own batch.
-			exp := now.Add(r.DedupeTTL).UnixMilli()
-			ops = append(ops,
-				kv{uk, store.EncodeDedupe(&store.DedupeEntry{ExpiresAtMs: exp, ID: it.id, Seq: seq})},
-				kv{store.ExpiryKey(exp, uk), nil})
-			if inGroup == nil {
-				inGroup = make(map[string]original)
-			}
-			inGroup[string(uk)] = original{id: it.id, seq: seq}
-		}
-		for _, o := range ops {
-			_ = batch.Set(o.k, o.v, nil)
-			keys = append(keys, o.k)
-		}
-		replies = append(replies, pendingReply{it: it, res: Result{ID: it.id, Seq: seq}, need: seq})
-		groupBytes += 2 * it.size
-		if dual {
-			e := &pendingEntry{
-				seq: seq, id: it.id, dedupe: string(uk), ops: ops, firstAt: now, inflight: true,
-				rec: intake.Record{
-					Version: intake.RecordVersion, Kind: intake.KindHook, Node: w.dual.node, Seq: seq, ID: it.id,
-					Incarnation: w.dual.incarnation, Tenant: r.Tenant, Source: r.Source, Value: val,
-				},
-			}
-			for _, o := range ops {
-				e.size += int64(len(o.k) + len(o.v))
-			}
-			e.size += int64(len(val))
-			entries = append(entries, e)
+		return true
+	}
+	// Under dual the pending set is consulted before the store rows,
+	// and again for the hook a row names: a 201 duplicate is only
+	// ever sent for a hook confirmed in both places (ADR section 3).
+	held := claimNone
+	if g.dual {
+		held = w.dual.pending.claimOf(string(uk), g.now, w.dual.opts.ReconcileDeadline)
+	}
+	if held == claimHeld {
+		w.dual.obs.IntakeRefused("pending_dedupe")
+		w.b.answer(it, outcome{err: ErrIntakePending})
+		return true
+	}
+	if held != claimNone {
+		return false // claimReleased: a new hook
+	}
+	v, err := w.st.Get(uk)
+	if err != nil {
+		w.b.answer(it, outcome{err: fmt.Errorf("%w: dedupe lookup: %w", ErrStoreUnavailable, err)})
+		return true
+	}
+	var e *store.DedupeEntry
+	if v != nil {
+		if d, derr := store.DecodeDedupe(v); derr == nil && d.ExpiresAtMs > g.nowMs {
+			e = d
 		}
 	}
+	if e != nil && g.dual {
+		held = w.dual.pending.claimOfSeq(e.Seq, g.now, w.dual.opts.ReconcileDeadline)
+	}
+	if held == claimHeld {
+		w.dual.obs.IntakeRefused("pending_dedupe")
+		w.b.answer(it, outcome{err: ErrIntakePending})
+		return true
+	}
+	if e != nil && held == claimNone {
+		pr := pendingReply{it: it, res: Result{ID: e.ID, Seq: e.Seq, Duplicate: true}, need: e.Seq}
+		if g.dual {
+			g.dups = append(g.dups, pr)
+		} else {
+			g.replies = append(g.replies, pr)
+		}
+		return true
+	}
+	return false
+}
 
-	written := int(w.nextSeq - firstSeq)
+// refuseDual refuses, before either half and before any seq (nothing is
+// written), a record too large for the log or one the pending set has no
+// room for. It reports whether it refused.
+func (w *writer) refuseDual(g *commitGroup, it *item) bool {
+	// it.size covers body, headers and keys; the envelope adds a fixed
+	// few dozen bytes.
+	if it.size+envelopeOverhead > w.dual.maxRecord {
+		w.dual.obs.IntakeRefused("record_too_large")
+		w.b.answer(it, outcome{err: w.dual.unavailable})
+		return true
+	}
+	if !w.dual.pending.room(len(g.entries)+1, g.bytes+2*it.size) {
+		w.dual.obs.IntakeRefused("backlog")
+		w.b.answer(it, outcome{err: w.dual.unavailable})
+		return true
+	}
+	return false
+}
+
+// putHook gives the record the next seq and writes its rows (store.PutHook)
+// into the group's batch; under dual it also becomes a pending entry.
+func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
+	r := it.rec
+	seq := w.nextSeq
+	w.nextSeq++
+	env := store.Envelope{
+		Seq: seq, ID: it.id, ReceivedAt: r.ReceivedAt.UnixNano(),
+		Tenant: r.Tenant, Source: r.Source, ContentType: r.ContentType,
+		DedupeKey: r.DedupeKey, Flagged: r.Flagged, SHA256: sha256.Sum256(r.Body),
+		Headers: r.Headers, Body: r.Body,
+	}
+	// Due at commit time, never earlier than the previous group's: new due
+	// keys only ever land at or after dispatch's scan cursor, so its scan
+	// can skip the tombstones of rows it already claimed.
+	dueAt := max(g.nowMs, w.lastDueAt)
+	w.lastDueAt = dueAt
+	h := &store.NewHook{Env: &env, Sinks: r.Sinks, DueAtMs: dueAt}
+	if uk != nil {
+		// Rule 2: the dedupe rows ride in the hook's own batch.
+		h.Dedupe, h.DedupeExpiresAtMs = true, g.now.Add(r.DedupeTTL).UnixMilli()
+		if g.inGroup == nil {
+			g.inGroup = make(map[string]original)
+		}
+		g.inGroup[string(uk)] = original{id: it.id, seq: seq}
+	}
+	rows, _ := g.batch.PutHook(h) // a dead batch fails the apply
+	g.rows = append(g.rows, rows...)
+	g.sinks += uint64(len(r.Sinks))
+	g.replies = append(g.replies, pendingReply{it: it, res: Result{ID: it.id, Seq: seq}, need: seq})
+	g.bytes += 2 * it.size
+	if g.dual {
+		val := rows[0].Value
+		e := &pendingEntry{
+			seq: seq, id: it.id, dedupe: string(uk), rows: rows, firstAt: g.now, inflight: true,
+			rec: intake.Record{
+				Version: intake.RecordVersion, Kind: intake.KindHook, Node: w.dual.node, Seq: seq, ID: it.id,
+				Incarnation: w.dual.incarnation, Tenant: r.Tenant, Source: r.Source, Value: val,
+			},
+		}
+		for _, o := range rows {
+			e.size += int64(len(o.Key) + len(o.Value))
+		}
+		e.size += int64(len(val))
+		g.entries = append(g.entries, e)
+	}
+}
+
+// apply applies the group's batch and hands its callers to the syncer. A
+// failed apply answers them (or, under dual, the join) with the error and
+// fences.
+func (w *writer) apply(g *commitGroup, records int, probe bool) {
+	written := int(w.nextSeq - g.firstSeq)
 	if probe && written == 0 {
 		// A probe that publishes nothing reports nothing (gate invariant G1).
 		w.dual.gate.release()
 	}
-	var group *dualGroup
+	var join *dualGroup
 	if written > 0 {
-		_ = batch.SetNextSeq(w.nextSeq)
+		_ = g.batch.SetNextSeq(w.nextSeq)
 		// Remember the group before applying: a failed apply may still have
 		// left rows visible, and the fence must delete them.
-		w.unsynced = append(w.unsynced, appliedGroup{maxSeq: w.nextSeq - 1, keys: keys})
+		w.unsynced = append(w.unsynced, appliedGroup{maxSeq: w.nextSeq - 1, rows: g.rows})
 		w.nextSeqPublic.Store(w.nextSeq)
-		if dual {
+		if g.dual {
 			// Both halves are issued together: the publish starts before the
 			// local apply, and from here on every record is carried to
 			// completion (ADR section 3), never undone.
-			group = w.dual.begin(replies, entries)
+			join = w.dual.begin(g.replies, g.entries)
 		}
-		if err := w.st.Apply(batch); err != nil {
-			w.opts.Observer.Group(len(items), written, time.Since(start))
-			if group != nil {
-				group.local(err)
+		if err := w.st.Apply(g.batch); err != nil {
+			w.opts.Observer.Group(records, written, time.Since(g.start))
+			if join != nil {
+				join.local(err)
 			} else {
-				for _, r := range replies {
+				for _, r := range g.replies {
 					w.b.answer(r.it, outcome{err: fmt.Errorf("%w: %w", ErrStoreUnavailable, err)})
 				}
 			}
-			for _, r := range dups {
+			for _, r := range g.dups {
 				w.b.answer(r.it, outcome{err: fmt.Errorf("%w: %w", ErrStoreUnavailable, err)})
 			}
 			w.fence(context.Background(), err)
@@ -399,17 +438,17 @@ func (w *writer) commit(items []*item) {
 		}
 		w.s.applied.Store(w.nextSeq - 1)
 		w.hooks.Add(uint64(written))
-		w.deliveries.Add(deliveries)
+		w.deliveries.Add(g.sinks)
 	}
-	w.opts.Observer.Group(len(items), written, time.Since(start))
+	w.opts.Observer.Group(records, written, time.Since(g.start))
 	switch {
-	case group != nil:
-		w.s.submit(handoff{replies: replies, onLocal: group.local})
-	case len(replies) > 0:
-		w.s.submit(handoff{replies: replies})
+	case join != nil:
+		w.s.submit(handoff{replies: g.replies, onLocal: join.local})
+	case len(g.replies) > 0:
+		w.s.submit(handoff{replies: g.replies})
 	}
-	if len(dups) > 0 {
-		w.s.submit(handoff{replies: dups})
+	if len(g.dups) > 0 {
+		w.s.submit(handoff{replies: g.dups})
 	}
 	w.pruneUnsynced()
 }
@@ -463,37 +502,13 @@ func (w *writer) sweep() (int, error) {
 	if w.fenced.Load() {
 		return 0, ErrStoreUnavailable
 	}
-	nowMs := w.opts.Now().UnixMilli()
-	upper := store.ExpiryKey(nowMs, []byte{store.PrefixDedupe})
-	type exp struct {
-		ek, uk []byte
-		at     int64
-	}
-	var found []exp
-	err := w.st.Scan([]byte{store.PrefixExpiry}, upper, func(k, _ []byte) bool {
-		at, uk, ok := store.ParseExpiryKey(k)
-		if ok {
-			found = append(found, exp{ek: append([]byte(nil), k...), uk: uk, at: at})
-		}
-		return len(found) < w.opts.SweepBatch
-	})
+	found, err := w.st.ExpiredDedupes(w.opts.Now().UnixMilli(), w.opts.SweepBatch)
 	if err != nil || len(found) == 0 {
 		return 0, err
 	}
 	batch := w.st.NewBatch()
 	defer batch.Close()
-	for _, f := range found {
-		_ = batch.Delete(f.ek, nil)
-		v, err := w.st.Get(f.uk)
-		if err != nil {
-			return 0, err
-		}
-		// A key renewed since this expiry row was written points at a later
-		// expiry row of its own; only the entry this row describes goes.
-		if e, derr := store.DecodeDedupe(v); v != nil && derr == nil && e.ExpiresAtMs == f.at {
-			_ = batch.Delete(f.uk, nil)
-		}
-	}
+	_ = batch.DeleteExpired(found) // a dead batch fails the apply
 	// Not synced: a lost sweep is redone by the next one.
 	if err := w.st.Apply(batch); err != nil {
 		w.fence(context.Background(), err)

@@ -1,0 +1,172 @@
+package store
+
+// hookrows.go owns the rows a new hook is stored as — the hook row, its id
+// index, its source and tenant listing indexes, one delivery row and one due
+// row per sink, and its dedupe and expiry rows — so the three writers of new
+// hooks (the commit path's writer, boot recovery's replay and the dual
+// commit's complete-local) write the same rows from one builder. It also
+// owns the two deletions the commit path makes: the fence's undo of the
+// rows of unsynced groups, and the sweep of expired dedupe rows.
+
+// Row is one write of a hook's rows: Key → Value (nil for the empty-valued
+// index rows).
+type Row struct{ Key, Value []byte }
+
+// HookSink is one delivery obligation of a new hook: its sink number (the
+// delivery and due keys) and sink id (stored in the delivery row).
+type HookSink struct {
+	Num uint16
+	ID  string
+}
+
+// NewHook describes a new hook's rows.
+type NewHook struct {
+	// Env is the envelope; Env.Seq is the seq the rows are keyed by.
+	Env *Envelope
+	// Value is Env encoded (EncodeEnvelope); nil: HookRows encodes it.
+	Value []byte
+	// Sinks are the hook's deliveries, each due at DueAtMs.
+	Sinks   []HookSink
+	DueAtMs int64
+	// Dedupe writes the dedupe row of (Env.Tenant, Env.Source,
+	// Env.DedupeKey) naming this hook, and its expiry row, both expiring at
+	// DedupeExpiresAtMs. False: no dedupe rows (no key, or one already
+	// expired).
+	Dedupe            bool
+	DedupeExpiresAtMs int64
+}
+
+// HookRows returns every row of h, in a fixed order: hook, id index,
+// source index, tenant index, (delivery, due) per sink, dedupe, expiry.
+// rows[0] is the hook row, its Value the encoded envelope.
+//
+// The dedupe rows ride in the hook's own rows, so a caller that writes
+// them in one batch can never leave a dedupe hit naming a hook that is not
+// stored (ack rule 2, internal/queue).
+func HookRows(h *NewHook) []Row {
+	env := h.Env
+	seq := env.Seq
+	val := h.Value
+	if val == nil {
+		val = EncodeEnvelope(env)
+	}
+	rows := make([]Row, 0, 6+2*len(h.Sinks))
+	rows = append(rows, Row{HookKey(seq), val}, Row{HookIDKey(env.ID), U64(seq)})
+	// The listing indexes (GET /v1/hooks?source|tenant) ride with the hook,
+	// so the fence undoes them with it.
+	idx := HookIndexKeys(env.Tenant, env.Source, seq)
+	rows = append(rows, Row{idx[0], nil}, Row{idx[1], nil})
+	for _, sk := range h.Sinks {
+		rows = append(rows,
+			Row{DeliveryKey(seq, sk.Num), EncodeDelivery(&Delivery{
+				State: StateDue, NextAtMs: h.DueAtMs, Size: uint32(len(env.Body)), SinkID: sk.ID,
+			})},
+			Row{DueKey(h.DueAtMs, seq, sk.Num), nil})
+	}
+	if h.Dedupe {
+		uk := DedupeKey(env.Tenant, env.Source, env.DedupeKey)
+		rows = append(rows,
+			Row{uk, EncodeDedupe(&DedupeEntry{ExpiresAtMs: h.DedupeExpiresAtMs, ID: env.ID, Seq: seq})},
+			Row{ExpiryKey(h.DedupeExpiresAtMs, uk), nil})
+	}
+	return rows
+}
+
+// PutHook adds every row of h to b (HookRows) and returns them: the commit
+// path keeps them to undo (DeleteRows) or re-apply (PutRows) the hook.
+// Errors are b's (a dead batch records nothing and Apply returns its
+// error), so a caller that applies b need not check them here.
+func (b *Batch) PutHook(h *NewHook) ([]Row, error) {
+	rows := HookRows(h)
+	return rows, b.PutRows(rows)
+}
+
+// PutRows adds rows that HookRows built (complete-local re-applies a held
+// record's rows). It stops at the batch's first error.
+func (b *Batch) PutRows(rows []Row) error {
+	for _, r := range rows {
+		if err := b.Set(r.Key, r.Value, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteRows removes rows that HookRows built: the fence undoes the groups
+// no fsync covered. It stops at the batch's first error.
+func (b *Batch) DeleteRows(rows []Row) error {
+	for _, r := range rows {
+		if err := b.Delete(r.Key, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeliveryRows counts the delivery rows among rows.
+func DeliveryRows(rows []Row) int {
+	n := 0
+	for _, r := range rows {
+		if len(r.Key) > 0 && r.Key[0] == PrefixDelivery {
+			n++
+		}
+	}
+	return n
+}
+
+// ExpiredDedupe is one expiry row that is due, and whether the dedupe row it
+// names is still the entry it describes.
+type ExpiredDedupe struct {
+	expiryKey, dedupeKey []byte
+	// live: the dedupe row still expires at this row's time. A key renewed
+	// since points at a later expiry row of its own and is kept.
+	live bool
+}
+
+// ExpiredDedupes returns up to limit expiry rows due at nowMs, oldest first,
+// each with whether its dedupe row goes too. Reads only; DeleteExpired
+// removes them.
+func (s *Store) ExpiredDedupes(nowMs int64, limit int) ([]ExpiredDedupe, error) {
+	upper := ExpiryKey(nowMs, []byte{PrefixDedupe})
+	type exp struct {
+		ek, uk []byte
+		at     int64
+	}
+	var found []exp
+	err := s.Scan([]byte{PrefixExpiry}, upper, func(k, _ []byte) bool {
+		at, uk, ok := ParseExpiryKey(k)
+		if ok {
+			found = append(found, exp{ek: append([]byte(nil), k...), uk: uk, at: at})
+		}
+		return len(found) < limit
+	})
+	if err != nil || len(found) == 0 {
+		return nil, err
+	}
+	out := make([]ExpiredDedupe, 0, len(found))
+	for _, f := range found {
+		v, err := s.Get(f.uk)
+		if err != nil {
+			return nil, err
+		}
+		e, derr := DecodeDedupe(v)
+		out = append(out, ExpiredDedupe{expiryKey: f.ek, dedupeKey: f.uk, live: v != nil && derr == nil && e.ExpiresAtMs == f.at})
+	}
+	return out, nil
+}
+
+// DeleteExpired removes the expiry rows of es and the dedupe rows they
+// still describe. It stops at the batch's first error.
+func (b *Batch) DeleteExpired(es []ExpiredDedupe) error {
+	for _, e := range es {
+		if err := b.Delete(e.expiryKey, nil); err != nil {
+			return err
+		}
+		if e.live {
+			if err := b.Delete(e.dedupeKey, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

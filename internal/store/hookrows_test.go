@@ -1,0 +1,155 @@
+package store_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+// HookRows is the one description of a new hook's rows (writer, boot
+// replay, complete-local): every family is there, keyed by the envelope's
+// seq, and PutHook / DeleteRows write and undo exactly them.
+func TestHookRows_WriteAndUndoEveryRowOfAHook(t *testing.T) {
+	tests := []struct {
+		name      string
+		sinks     []store.HookSink
+		dedupe    bool
+		wantRows  int
+		wantDeliv int
+	}{
+		{"no sinks, no dedupe", nil, false, 4, 0},
+		{"two sinks", []store.HookSink{{Num: 1, ID: "a"}, {Num: 7, ID: "b"}}, false, 8, 2},
+		{"one sink and dedupe", []store.HookSink{{Num: 3, ID: "a"}}, true, 8, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
+			env := &store.Envelope{Seq: 42, ID: [16]byte{9}, Tenant: "t1", Source: "s1", DedupeKey: "k", Body: []byte("body")}
+			h := &store.NewHook{Env: env, Sinks: tc.sinks, DueAtMs: 1_000, Dedupe: tc.dedupe, DedupeExpiresAtMs: 5_000}
+			b := st.NewBatch()
+			rows, err := b.PutHook(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := st.ApplySync(b); err != nil {
+				t.Fatal(err)
+			}
+			_ = b.Close()
+			if len(rows) != tc.wantRows {
+				t.Fatalf("%d rows, want %d", len(rows), tc.wantRows)
+			}
+			if got := store.DeliveryRows(rows); got != tc.wantDeliv {
+				t.Fatalf("%d delivery rows, want %d", got, tc.wantDeliv)
+			}
+			if !bytes.Equal(rows[0].Key, store.HookKey(42)) {
+				t.Fatalf("rows[0] is %q, want the hook row", rows[0].Key)
+			}
+			got, err := store.DecodeEnvelope(rows[0].Value)
+			if err != nil || got.Seq != 42 || got.ID != env.ID {
+				t.Fatalf("hook row decodes to %+v, %v", got, err)
+			}
+			want := [][]byte{store.HookKey(42), store.HookIDKey(env.ID), store.SourceIndexKey("s1", 42), store.TenantIndexKey("t1", 42)}
+			for _, sk := range tc.sinks {
+				want = append(want, store.DeliveryKey(42, sk.Num), store.DueKey(1_000, 42, sk.Num))
+			}
+			uk := store.DedupeKey("t1", "s1", "k")
+			if tc.dedupe {
+				want = append(want, uk, store.ExpiryKey(5_000, uk))
+			}
+			for i, k := range want {
+				if !bytes.Equal(rows[i].Key, k) {
+					t.Fatalf("row %d is %q, want %q", i, rows[i].Key, k)
+				}
+				if v, err := st.Get(k); err != nil || v == nil {
+					t.Fatalf("row %q not stored: %v", k, err)
+				}
+			}
+			if v, _ := st.Get(uk); !tc.dedupe && v != nil {
+				t.Fatal("a dedupe row was written for a hook without one")
+			}
+			if tc.dedupe {
+				v, _ := st.Get(uk)
+				if d, err := store.DecodeDedupe(v); err != nil || d.Seq != 42 || d.ExpiresAtMs != 5_000 {
+					t.Fatalf("dedupe row %+v, %v", d, err)
+				}
+			}
+
+			b = st.NewBatch()
+			if err := b.DeleteRows(rows); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.ApplySync(b); err != nil {
+				t.Fatal(err)
+			}
+			_ = b.Close()
+			for _, r := range rows {
+				if v, err := st.Get(r.Key); err != nil || v != nil {
+					t.Fatalf("row %q left after DeleteRows: %v", r.Key, err)
+				}
+			}
+		})
+	}
+}
+
+// The sweep deletes a due expiry row, and the dedupe row with it only while
+// that row still expires at the expiry row's time: a key renewed since
+// points at a later expiry row and stays.
+func TestExpiredDedupes_KeepsARenewedKey(t *testing.T) {
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
+	put := func(seq uint64, key string, exp int64) {
+		t.Helper()
+		b := st.NewBatch()
+		defer b.Close()
+		env := &store.Envelope{Seq: seq, ID: [16]byte{byte(seq)}, Tenant: "t", Source: "s", DedupeKey: key}
+		if _, err := b.PutHook(&store.NewHook{Env: env, Dedupe: true, DedupeExpiresAtMs: exp}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.ApplySync(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(1, "gone", 100)
+	put(2, "renewed", 100)
+	put(3, "renewed", 900) // the renewal: its row now expires at 900
+	put(4, "later", 800)
+
+	found, err := st.ExpiredDedupes(500, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 2 {
+		t.Fatalf("%d expired rows at 500, want 2 (both at 100)", len(found))
+	}
+	b := st.NewBatch()
+	if err := b.DeleteExpired(found); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+	for _, c := range []struct {
+		key  string
+		kept bool
+	}{{"gone", false}, {"renewed", true}, {"later", true}} {
+		v, err := st.Get(store.DedupeKey("t", "s", c.key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (v != nil) != c.kept {
+			t.Fatalf("dedupe row %q kept=%v, want %v", c.key, v != nil, c.kept)
+		}
+	}
+	for _, ek := range [][]byte{store.ExpiryKey(100, store.DedupeKey("t", "s", "gone")), store.ExpiryKey(100, store.DedupeKey("t", "s", "renewed"))} {
+		if v, _ := st.Get(ek); v != nil {
+			t.Fatalf("expiry row %q left", ek)
+		}
+	}
+	if found, err := st.ExpiredDedupes(500, 10); err != nil || len(found) != 0 {
+		t.Fatalf("after the sweep: %d expired rows, %v; want none", len(found), err)
+	}
+}
