@@ -495,6 +495,14 @@ func testContext(t *testing.T, factory Factory) {
 			}
 		})
 	}
+	// The adapter still publishes afterwards: an abandoned attempt leaves
+	// nothing behind that fails the next one.
+	r := NewRecord(node, 3)
+	publish(t, in, r)
+	got := ReplayAll(t, in, -1)
+	if len(got) == 0 || !RecordsEqual(got[len(got)-1].Rec, r) {
+		t.Fatalf("the publish after the ended-ctx attempts is not the last record replayed: %+v", got)
+	}
 }
 
 func testClose(t *testing.T, factory Factory) {

@@ -124,6 +124,16 @@ func (s *Sink) Deliver(ctx context.Context, m *sink.Message) error {
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
+	// An attempt whose ctx has already ended never reaches the client:
+	// kgo fails a whole record batch when one of its records' ctx is done
+	// (AllowIdempotentProduceCancellation), so a record left buffered by
+	// such an attempt failed the next Deliver's record with this ctx's
+	// error (sinktest EndedContextReturnsPromptly, 6 runs in 8). A ctx
+	// ending while its record is in flight still fails the records batched
+	// with it: those attempts are transient failures the dispatcher retries.
+	if err := ctx.Err(); err != nil {
+		return classify(s.topic, err)
+	}
 	bh := sink.BrokerHeaders(m)
 	r := &kgo.Record{
 		Key:     []byte(m.Tenant + "/" + m.Source),

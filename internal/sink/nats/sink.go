@@ -37,7 +37,7 @@ import (
 	"github.com/ankusa/ankusa/internal/sink"
 )
 
-// defaultTimeout bounds one attempt when timeout_ms is unset.
+// defaultTimeout bounds one attempt when Options.Timeout is 0.
 const defaultTimeout = 5 * time.Second
 
 // connectionName is how Ankusa's sink connections appear in the server's
@@ -87,7 +87,7 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// New validates cfg, builds the sink and dials the server. It fails only
+// New validates the options, builds the sink and dials the server. It fails only
 // for options it can never use (no URL or subject, conflicting or
 // unreadable credentials), with an error naming the setting; a down server
 // is not one of them.
@@ -130,7 +130,7 @@ func New(cfg Options) (*Sink, error) {
 }
 
 // Deliver publishes m and waits for the stream's PubAck, within ctx and the
-// sink's timeout_ms, whichever ends first.
+// sink's Options.Timeout, whichever ends first.
 //
 // Errors: Permanent for a publish permission violation, a message over the
 // server's max_payload or the stream's max_msg_size, and a header the stream

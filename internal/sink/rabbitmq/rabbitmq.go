@@ -49,7 +49,7 @@ import (
 )
 
 const (
-	// defaultTimeout bounds one attempt when timeout_ms is unset: the dial,
+	// defaultTimeout bounds one attempt when Options.Timeout is 0: the dial,
 	// the publish and the wait for the confirm together.
 	defaultTimeout = 5 * time.Second
 	// maxInFlight caps concurrent publishes, and so open channels, per sink.
