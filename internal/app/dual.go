@@ -34,7 +34,7 @@ func openIntake(cfg *config.Config, log *slog.Logger) (intake.Intake, error) {
 		k := cfg.Intake.Kafka
 		return kafkaintake.Open(kafkaintake.Options{
 			Brokers: k.Brokers, Topic: cfg.IntakeTopic(), Partition: -1,
-			Node: cfg.Intake.NodeID, Fleet: cfg.Intake.Fleet, SASL: k.SASL, TLS: k.TLS,
+			Node: cfg.Intake.NodeID, Fleet: cfg.Intake.Fleet, SASL: kafkaSASL(k.SASL), TLS: kafkaTLS(k.TLS),
 			MaxRecordBytes: cfg.Intake.MaxRecordBytes, BackupMaxAge: backupMaxAge(cfg),
 			VerifyTopic: verifyTopic(cfg), Logger: log,
 		})
@@ -74,10 +74,7 @@ func usePartition(ctx context.Context, st *store.Store, in intake.Intake, node s
 }
 
 func setPartition(ctx context.Context, st *store.Store, in intake.Intake, node string, stamp bool) error {
-	pa, ok := in.(interface {
-		intake.PartitionAssigner
-		SetPartition(int32) error
-	})
+	pa, ok := in.(intake.PartitionAssigner)
 	if !ok {
 		return nil
 	}
@@ -243,13 +240,7 @@ func (in *Instance) recoverOnBoot(ctx context.Context) (queue.Summary, error) {
 		}
 		break
 	}
-	skipped := 0
-	switch sk := in.intake.(type) {
-	case interface{ Skipped() int }:
-		skipped = sk.Skipped()
-	case interface{ Skipped() int64 }:
-		skipped = int(sk.Skipped())
-	}
+	skipped := int(in.intake.Skipped())
 	in.metrics.IntakeReplay(total.Applied, total.Present, total.Collided, total.Unroutable, skipped, time.Since(start))
 	if err != nil {
 		return total, fmt.Errorf("boot recovery: %w", err)

@@ -32,23 +32,44 @@ func buildTargets(cfg *config.Config, nums map[store.SinkRef]uint16, log *slog.L
 	return out, nil
 }
 
-// maxBody is http.max_body_bytes, which the NATS sink checks against the
-// server's max_payload.
+// newSink builds one sink from its config block, translated to the
+// adapter's Options (options.go). maxBody is http.max_body_bytes, which the
+// NATS sink checks against the server's max_payload.
 func newSink(k config.SinkConfig, maxBody int64, log *slog.Logger) (sink.Sink, error) {
 	switch k.Type {
 	case "log":
 		return logsink.New(log), nil
 	case "http":
-		return httpsink.New(k.HTTP)
+		if k.HTTP == nil {
+			return nil, errNoBlock(k.Type)
+		}
+		o, err := httpSinkOptions(k.HTTP)
+		if err != nil {
+			return nil, err
+		}
+		return httpsink.New(o)
 	case "kafka":
-		return kafka.New(k.Kafka, log)
+		if k.Kafka == nil {
+			return nil, errNoBlock(k.Type)
+		}
+		return kafka.New(kafkaSinkOptions(k.Kafka, log))
 	case "nats":
-		return natssink.New(k.NATS, log, maxBody)
+		if k.NATS == nil {
+			return nil, errNoBlock(k.Type)
+		}
+		return natssink.New(natsSinkOptions(k.NATS, maxBody, log))
 	case "rabbitmq":
-		return rabbitmq.New(k.RabbitMQ, log)
+		if k.RabbitMQ == nil {
+			return nil, errNoBlock(k.Type)
+		}
+		return rabbitmq.New(rabbitMQSinkOptions(k.RabbitMQ, log))
 	}
 	return nil, fmt.Errorf("unknown sink type %q", k.Type)
 }
+
+// errNoBlock: config's Validate refuses a sink without its block; this
+// keeps a config built in code from panicking instead.
+func errNoBlock(typ string) error { return fmt.Errorf("%s sink: no %s block", typ, typ) }
 
 func closeTargets(ts map[uint16]dispatch.Target) {
 	for _, t := range ts {

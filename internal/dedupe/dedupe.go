@@ -11,8 +11,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/ankusa/ankusa/internal/config"
 )
 
 // MaxKeyBytes: a longer key is stored as "sha256:<hex>", so a provider
@@ -55,12 +53,28 @@ type Extractor struct {
 	ttl     time.Duration
 }
 
-// New builds the extractor of a source; nil config means no dedupe.
-func New(c *config.SourceDedupe) *Extractor {
+// Options is one source's dedupe: where its key is. At most one of Preset,
+// Header and JSON is used, in that order; config validates that exactly one
+// is set and that a preset is known (HasPreset).
+type Options struct {
+	// Preset names a provider whose event id header or JSON field is known
+	// (github, stripe, …).
+	Preset string
+	// Header is the request header that carries the key, any case.
+	Header string
+	// JSON is the dotted path of the key in a JSON body ("data.id").
+	JSON string
+	// TTL is how long a key dedupes.
+	TTL time.Duration
+}
+
+// New builds the extractor of a source; nil options mean no dedupe. It
+// never fails: an unknown preset yields an extractor that finds no key.
+func New(c *Options) *Extractor {
 	if c == nil {
 		return nil
 	}
-	e := &Extractor{ttl: time.Duration(c.TTLSeconds) * time.Second}
+	e := &Extractor{ttl: c.TTL}
 	switch {
 	case c.Preset != "":
 		if hs, ok := presetHeaders[c.Preset]; ok {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/direct"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/sink"
@@ -19,7 +18,7 @@ func httpSink(t *testing.T, h http.HandlerFunc) sink.Sink {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	s, err := httpsink.New(&config.HTTPSink{URL: srv.URL, TimeoutMs: 5000})
+	s, err := httpsink.New(httpsink.Options{URL: srv.URL, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/google/uuid"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dedupe"
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/intake"
@@ -139,7 +138,7 @@ func TestIngest_DualCommitThroughTheEdge(t *testing.T) {
 	h := edge.New(edge.Options{
 		Routing: "path", Prefix: "/webhooks", MaxBodyBytes: 1000,
 		Sources: edge.NewRegistry(map[string]*edge.Source{
-			"github": {ID: "github", Sinks: sinks, Dedupe: dedupe.New(&config.SourceDedupe{Preset: "github", TTLSeconds: 60})},
+			"github": {ID: "github", Sinks: sinks, Dedupe: dedupe.New(&dedupe.Options{Preset: "github", TTL: 60 * time.Second})},
 		}),
 		Committer: q, Observer: nopObserver{}, Logger: testutil.Logger(t),
 		IntakeRetryAfterSecs: 7,

@@ -168,7 +168,7 @@ func New(o Options) *Handler {
 func SourcesFromConfig(c *config.Config, sinkNums map[store.SinkRef]uint16) (map[string]*Source, error) {
 	out := make(map[string]*Source, len(c.Sources))
 	for id, sc := range c.Sources {
-		s := &Source{ID: id, Tenant: sc.Tenant, Dedupe: dedupe.New(sc.Dedupe), OnFailure: sc.VerifyFailurePolicy(),
+		s := &Source{ID: id, Tenant: sc.Tenant, Dedupe: dedupe.New(dedupeOptions(sc.Dedupe)), OnFailure: sc.VerifyFailurePolicy(),
 			Handshake: newHandshake(sc)}
 		if len(sc.Tenants) > 0 {
 			s.Tenants = make(map[string]bool, len(sc.Tenants))

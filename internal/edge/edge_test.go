@@ -13,7 +13,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/google/uuid"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dedupe"
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/queue"
@@ -44,7 +43,7 @@ func newFixture(t *testing.T, routing string, qopts queue.Options) *fixture {
 		Routing: routing, Prefix: "/webhooks", MaxBodyBytes: 1000,
 		Sources: edge.NewRegistry(map[string]*edge.Source{
 			"demo":   {ID: "demo", Sinks: sinks},
-			"github": {ID: "github", Tenant: "acme", Sinks: sinks, Dedupe: dedupe.New(&config.SourceDedupe{Preset: "github", TTLSeconds: 60})},
+			"github": {ID: "github", Tenant: "acme", Sinks: sinks, Dedupe: dedupe.New(&dedupe.Options{Preset: "github", TTL: 60 * time.Second})},
 		}),
 		Committer: q, Observer: nopObserver{}, Logger: testutil.Logger(t),
 	})

@@ -16,7 +16,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/google/uuid"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dedupe"
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/intake"
@@ -69,7 +68,7 @@ func newFleetNode(t *testing.T, name, redisURL, prefix string, dual func(*queue.
 	n.h = edge.New(edge.Options{
 		Routing: "path", Prefix: "/webhooks", MaxBodyBytes: 1000,
 		Sources: edge.NewRegistry(map[string]*edge.Source{
-			"github": {ID: "github", Sinks: []queue.SinkRef{{Num: 0, ID: "log"}}, Dedupe: dedupe.New(&config.SourceDedupe{Preset: "github", TTLSeconds: 60})},
+			"github": {ID: "github", Sinks: []queue.SinkRef{{Num: 0, ID: "log"}}, Dedupe: dedupe.New(&dedupe.Options{Preset: "github", TTL: 60 * time.Second})},
 		}),
 		Committer: n.q, Observer: nopObserver{}, Logger: testutil.Logger(t),
 		Claims: fc, Settler: settler, Holder: hold, IntakeRetryAfterSecs: 7,

@@ -7,8 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dedupe"
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/queue"
@@ -31,8 +31,8 @@ func FuzzIngest(f *testing.F) {
 	h := edge.New(edge.Options{
 		Routing: "path", Prefix: "/webhooks", MaxBodyBytes: 1024,
 		Sources: edge.NewRegistry(map[string]*edge.Source{
-			"demo":   {ID: "demo", Sinks: sinks, Dedupe: dedupe.New(&config.SourceDedupe{Header: "X-Event-Id", TTLSeconds: 60})},
-			"stripe": {ID: "stripe", Sinks: sinks, Dedupe: dedupe.New(&config.SourceDedupe{Preset: "stripe", TTLSeconds: 60})},
+			"demo":   {ID: "demo", Sinks: sinks, Dedupe: dedupe.New(&dedupe.Options{Header: "X-Event-Id", TTL: 60 * time.Second})},
+			"stripe": {ID: "stripe", Sinks: sinks, Dedupe: dedupe.New(&dedupe.Options{Preset: "stripe", TTL: 60 * time.Second})},
 		}),
 		Committer: q, Observer: nopObserver{}, Logger: testutil.Logger(f),
 	})

@@ -127,23 +127,36 @@ func IsTransient(err error) (bool, time.Duration) {
 }
 
 // Intake is one node's view of the replicated intake log.
+//
+// Error contract, for every method that returns one: a failure of the log
+// is an *Error of one of the four classes (ClassOf reads it; Unavailable
+// and Throttled are the transient ones, IsTransient). ctx bounds every
+// blocking call: when it ends the call returns promptly with an
+// Unavailable error that wraps ctx's error (errors.Is(err,
+// context.Canceled) holds), never a success it could not confirm. After
+// Close every method but Ready, Describe, Skipped and Close fails with an
+// Unavailable error wrapping ErrClosed.
 type Intake interface {
 	// PublishBatch appends recs (in order) and returns the position of the
 	// last one once the log has confirmed all of them at quorum. An error
 	// means none may be assumed confirmed — though some may have landed (a
 	// lost ack); readers dedupe by (node, seq) and hook id. ctx bounds the
-	// attempt (intake.publish_timeout_ms).
+	// attempt (intake.publish_timeout_ms). A record the log can never take
+	// (larger than its size limit) fails the whole batch Permanent before
+	// anything is written.
 	PublishBatch(ctx context.Context, recs []Record) (Position, error)
 	// Replay calls fn for each record of this node after position from
 	// (exclusive), in log order, until the current end. The adapter filters
-	// by node and skips (and counts) unknown versions and kinds. fn's error
-	// stops the replay and is returned.
+	// by node and skips (and counts, see Skipped) unknown versions and
+	// kinds. fn's error stops the replay and is returned as it is.
 	Replay(ctx context.Context, from Position, fn func(Record, Position) error) error
 	// Ready is a cheap local flag: false when the adapter knows the log is
-	// not answering. It never does I/O.
+	// not answering, and after Close. It never does I/O.
 	Ready() bool
 	// Verify checks the topology at boot (replication, retention, size
-	// limits); an error names the setting that is wrong.
+	// limits); an error names the setting that is wrong, and is Permanent
+	// when the setting is (an operator must change it) or transient when
+	// the log did not answer. An adapter opened not to verify returns nil.
 	Verify(ctx context.Context) error
 	// Describe is the log's part of the startup durability sentence.
 	Describe() string
@@ -155,12 +168,47 @@ type Intake interface {
 	// Never another node's retention: that would refuse a node which lost
 	// nothing.
 	Earliest(ctx context.Context) (Position, error)
-	// Close releases the adapter's clients.
+	// Skipped is how many records of this node this adapter's replays
+	// have passed over since Open as unknown (version, kind) or unreadable
+	// (the skipped figure of the boot replay metric). It never does I/O.
+	Skipped() int64
+	// Close releases the adapter's clients. It is idempotent: a second
+	// Close returns nil.
 	Close() error
 }
 
-// PartitionAssigner is implemented by adapters whose log is partitioned: it
-// returns the partition a node writes, chosen once and then stamped.
+// ErrClosed is wrapped by the Unavailable error of a call on a closed
+// Intake (errors.Is(err, intake.ErrClosed)).
+var ErrClosed = errors.New("intake is closed")
+
+// Positioner is the optional ability of an adapter whose log may be shared
+// by several nodes (a JetStream stream; a Kafka partition two node ids hash
+// to): a batch's positions then have gaps, and only the adapter knows each
+// one. PublishBatchPositions is PublishBatch (same error contract) that
+// returns every record's position, in the order of recs. A position may be
+// a lower bound of the record's real one but never above it, because the
+// intake offset must never pass a record that is only in the log.
+//
+// An adapter without it confirms a batch at contiguous positions ending at
+// the one PublishBatch returns (the memory log: one file per node).
+type Positioner interface {
+	PublishBatchPositions(ctx context.Context, recs []Record) ([]Position, error)
+}
+
+// PartitionAssigner is the optional ability of an adapter whose log is
+// partitioned (Kafka): each node writes one partition, chosen once at the
+// node's first dual boot and stamped in the store (m:intake_partition), never
+// recomputed, so growing the topic never remaps a node (ADR section 6).
+// Until SetPartition, the calls that need the partition (PublishBatch,
+// Replay, Earliest) fail Permanent.
 type PartitionAssigner interface {
+	// AssignPartition is the partition a first boot of node would stamp,
+	// from the log's current partition count. It follows the Intake error
+	// contract. The caller stamps the answer and never asks again.
 	AssignPartition(ctx context.Context, node string) (int32, error)
+	// SetPartition gives the adapter the stamped partition, once. Setting
+	// the partition already set is a no-op; a different one, or a negative
+	// one, is refused with a plain (unclassified) error: a stamp is never
+	// changed.
+	SetPartition(p int32) error
 }

@@ -1,9 +1,11 @@
 // Package kafkaclient holds what the Kafka sink (internal/sink/kafka) and the
 // Kafka intake (internal/intake/kafka) build their franz-go clients from:
-// the SASL and TLS options and the logger adapter. Each adapter has a client
-// of its own, built from the same config types; sharing this package keeps
-// the intake from depending on a sink package. Like the two adapters, it may
-// import franz-go; nothing else in the tree does.
+// the SASL and TLS options, the logger adapter and the classification of
+// broker errors (classify.go). Each adapter has a client of its own, built
+// from the same option types; sharing this package keeps the intake from
+// depending on a sink package. Like the two adapters, it may import
+// franz-go; nothing else in the tree does. It takes its own option types,
+// never config's: app translates (app/options.go).
 package kafkaclient
 
 import (
@@ -16,14 +18,37 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
-
-	"github.com/ankusa/ankusa/internal/config"
 )
+
+// SASL is a client's SASL credentials.
+type SASL struct {
+	// Mechanism is plain, scram-sha-256 or scram-sha-512.
+	Mechanism string
+	Username  string
+	Password  string
+}
+
+// TLS is a client's TLS settings. The files and InsecureSkipVerify are
+// ignored unless Enabled.
+type TLS struct {
+	Enabled bool
+	// CAFile names PEM roots to trust instead of the system's.
+	CAFile string
+	// CertFile and KeyFile, both or neither, are the client certificate.
+	CertFile string
+	KeyFile  string
+	// InsecureSkipVerify turns off the server certificate check; only when
+	// an operator asks for it by name.
+	InsecureSkipVerify bool
+}
 
 // AuthOpts returns the client options for the SASL settings s (none when
 // nil) and the TLS settings t (none when nil or not enabled). who names the
-// client in errors ("kafka sink", "kafka intake").
-func AuthOpts(who string, s *config.SASL, t *config.TLS) ([]kgo.Opt, error) {
+// client in errors ("kafka sink", "kafka intake"). It fails on settings it
+// cannot use: an unknown mechanism, an unreadable or non-PEM CA file, an
+// unloadable client certificate, or only one of CertFile and KeyFile; the
+// error never holds a password.
+func AuthOpts(who string, s *SASL, t *TLS) ([]kgo.Opt, error) {
 	var opts []kgo.Opt
 	if s != nil {
 		o, err := saslOpt(who, s)
@@ -43,7 +68,7 @@ func AuthOpts(who string, s *config.SASL, t *config.TLS) ([]kgo.Opt, error) {
 }
 
 // saslOpt is the client option for c's mechanism.
-func saslOpt(who string, c *config.SASL) (kgo.Opt, error) {
+func saslOpt(who string, c *SASL) (kgo.Opt, error) {
 	switch c.Mechanism {
 	case "plain":
 		return kgo.SASL(plain.Auth{User: c.Username, Pass: c.Password}.AsMechanism()), nil
@@ -59,7 +84,7 @@ func saslOpt(who string, c *config.SASL) (kgo.Opt, error) {
 // CAFile names others, a client certificate when CertFile and KeyFile are
 // both set. kgo sets ServerName to each broker's host when dialing. Files
 // are read once, here; a rotated certificate takes a restart.
-func tlsConfig(who string, c *config.TLS) (*tls.Config, error) {
+func tlsConfig(who string, c *TLS) (*tls.Config, error) {
 	tc := &tls.Config{
 		MinVersion:         tls.VersionTLS12,
 		InsecureSkipVerify: c.InsecureSkipVerify, // only when the operator asks for it by name

@@ -7,28 +7,26 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/ankusa/ankusa/internal/config"
 )
 
 // The file errors (ca_file, the client certificate) are covered through the
 // adapters' constructors; this checks what AuthOpts adds: one option per
 // setting in use, and errors named after the client.
 func TestAuthOpts(t *testing.T) {
-	scram := &config.SASL{Mechanism: "scram-sha-256", Username: "u", Password: "p"}
+	scram := &SASL{Mechanism: "scram-sha-256", Username: "u", Password: "p"}
 	for _, tc := range []struct {
 		name  string
-		sasl  *config.SASL
-		tls   *config.TLS
+		sasl  *SASL
+		tls   *TLS
 		opts  int
 		error string // "" = accepted
 	}{
 		{"none", nil, nil, 0, ""},
-		{"tls off ignores its files", nil, &config.TLS{CAFile: "/nonexistent/ca.pem"}, 0, ""},
+		{"tls off ignores its files", nil, &TLS{CAFile: "/nonexistent/ca.pem"}, 0, ""},
 		{"sasl", scram, nil, 1, ""},
-		{"sasl and tls", scram, &config.TLS{Enabled: true}, 2, ""},
-		{"sasl mechanism", &config.SASL{Mechanism: "gssapi"}, nil, 0, `kafka test: sasl mechanism "gssapi"`},
-		{"key without cert", nil, &config.TLS{Enabled: true, KeyFile: "k.pem"}, 0, "kafka test tls: cert_file and key_file go together"},
+		{"sasl and tls", scram, &TLS{Enabled: true}, 2, ""},
+		{"sasl mechanism", &SASL{Mechanism: "gssapi"}, nil, 0, `kafka test: sasl mechanism "gssapi"`},
+		{"key without cert", nil, &TLS{Enabled: true, KeyFile: "k.pem"}, 0, "kafka test tls: cert_file and key_file go together"},
 	} {
 		opts, err := AuthOpts("kafka test", tc.sasl, tc.tls)
 		switch {

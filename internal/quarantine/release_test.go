@@ -155,7 +155,7 @@ func githubSource() *edge.Source {
 	return &edge.Source{
 		ID: "gh", Tenant: "acme",
 		Sinks:     []queue.SinkRef{{Num: 1, ID: "log"}},
-		Dedupe:    dedupe.New(&config.SourceDedupe{Header: "X-GitHub-Delivery", TTLSeconds: 3600}),
+		Dedupe:    dedupe.New(&dedupe.Options{Header: "X-GitHub-Delivery", TTL: 3600 * time.Second}),
 		OnFailure: config.OnVerifyFailureQuarantine,
 	}
 }
@@ -256,7 +256,7 @@ func TestReleaseAfterSecretRotation(t *testing.T) {
 func TestReleaseJudgesTimestampAtReceiveTime(t *testing.T) {
 	src := &edge.Source{
 		ID: "stripe", Sinks: []queue.SinkRef{{Num: 1, ID: "log"}},
-		Dedupe:    dedupe.New(&config.SourceDedupe{Preset: "stripe", TTLSeconds: 3600}),
+		Dedupe:    dedupe.New(&dedupe.Options{Preset: "stripe", TTL: 3600 * time.Second}),
 		OnFailure: config.OnVerifyFailureQuarantine,
 		Verifier:  verifier(t, "stripe", 300, "whsec_old"),
 	}

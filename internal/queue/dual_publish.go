@@ -128,18 +128,11 @@ func (d *dualState) observePublish(dur time.Duration, err error) {
 	d.obs.IntakePublish(dur, class)
 }
 
-// positioner is implemented by adapters whose log may be shared by several
-// nodes (a JetStream stream; a Kafka partition two node ids hash to): a
-// batch's positions then have gaps, and only the adapter knows each one.
-type positioner interface {
-	PublishBatchPositions(ctx context.Context, recs []intake.Record) ([]intake.Position, error)
-}
-
 // publish returns every record's position. The offset must never pass a
 // record that is only in the log, so a position may be a lower bound but
 // never above the record's real one.
 func publish(ctx context.Context, in intake.Intake, recs []intake.Record) ([]intake.Position, error) {
-	if p, ok := in.(positioner); ok {
+	if p, ok := in.(intake.Positioner); ok {
 		return p.PublishBatchPositions(ctx, recs)
 	}
 	// An adapter without per-record positions confirms a batch at

@@ -7,8 +7,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/ankusa/ankusa/internal/hook"
 	"github.com/ankusa/ankusa/internal/sink"
-	"github.com/ankusa/ankusa/internal/store"
 )
 
 // TestEncodeJSON_DropHeaders: the queue message carries every request
@@ -16,7 +16,7 @@ import (
 // credentials to Ankusa (authorization, cookie, proxy-authorization); an
 // empty list carries all of them, and names match in any case.
 func TestEncodeJSON_DropHeaders(t *testing.T) {
-	m := &sink.Message{ID: uuid.New(), Tenant: "default", Source: "s", Headers: []store.Header{
+	m := &sink.Message{ID: uuid.New(), Tenant: "default", Source: "s", Headers: []hook.Header{
 		{Name: "authorization", Value: "Bearer x"},
 		{Name: "content-type", Value: "application/json"},
 		{Name: "cookie", Value: "c=1"},

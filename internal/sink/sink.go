@@ -15,7 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/hook"
 )
 
 // Message is one hook as one sink delivers it.
@@ -26,7 +26,7 @@ type Message struct {
 	Source      string
 	ReceivedAt  time.Time
 	ContentType string
-	Headers     []store.Header
+	Headers     []hook.Header
 	Body        []byte
 	SHA256      [32]byte
 	DedupeKey   string // "" when the hook has none

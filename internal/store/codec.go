@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/ankusa/ankusa/internal/hook"
 )
 
 // FROZEN FORMAT: each value starts with a version byte; a reader refuses a
@@ -18,10 +20,9 @@ const (
 // ErrCorrupt is returned for a value that does not decode.
 var ErrCorrupt = errors.New("store: corrupt value")
 
-// Header is one request header kept with a hook, as received.
-type Header struct {
-	Name, Value string
-}
+// Header is one request header kept with a hook, as received. It is the
+// leaf package's type, so the sinks can carry it without importing store.
+type Header = hook.Header
 
 // Envelope is a stored hook: the raw body byte for byte plus what the edge
 // learnt about it.

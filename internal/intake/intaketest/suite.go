@@ -29,8 +29,20 @@ type Factory func(t *testing.T, node string) intake.Intake
 // timeout bounds every call the suite makes.
 const timeout = 30 * time.Second
 
-// Run runs the contract suite against the adapter factory builds.
-func Run(t *testing.T, factory Factory) {
+// Limits are what the suite must know of the adapters factory builds.
+type Limits struct {
+	// MaxRecordBytes is the largest record (value and headers) the
+	// adapter accepts; the suite publishes a record of twice that and
+	// expects it refused Permanent. Required (> 0).
+	MaxRecordBytes int64
+}
+
+// Run runs the contract suite against the adapter factory builds. Each case
+// states which part of the intake.Intake contract it checks.
+func Run(t *testing.T, factory Factory, lim Limits) {
+	if lim.MaxRecordBytes <= 0 {
+		t.Fatal("intaketest.Run: Limits.MaxRecordBytes must be > 0")
+	}
 	t.Run("PublishReturnsIncreasingPositions", func(t *testing.T) { testIncreasingPositions(t, factory) })
 	t.Run("ReplayFromStartReturnsAllFieldsInOrder", func(t *testing.T) { testReplayAll(t, factory) })
 	t.Run("ReplayFromPositionIsExclusive", func(t *testing.T) { testReplayFrom(t, factory) })
@@ -43,6 +55,11 @@ func Run(t *testing.T, factory Factory) {
 	t.Run("ReadyOnHealthyLog", func(t *testing.T) { testReady(t, factory) })
 	t.Run("EarliestIsAtOrBeforeFirstPosition", func(t *testing.T) { testEarliest(t, factory) })
 	t.Run("DescribeIsNotEmpty", func(t *testing.T) { testDescribe(t, factory) })
+	t.Run("VerifyPassesOnHealthyLog", func(t *testing.T) { testVerify(t, factory) })
+	t.Run("ErrorClasses", func(t *testing.T) { testErrorClasses(t, factory) })
+	t.Run("OversizeRecordIsPermanentAndWritesNothing", func(t *testing.T) { testOversize(t, factory, lim) })
+	t.Run("EndedContextIsHonoured", func(t *testing.T) { testContext(t, factory) })
+	t.Run("CloseIsIdempotentAndLaterCallsFail", func(t *testing.T) { testClose(t, factory) })
 }
 
 // Replayed is one record returned by Replay with its position.
@@ -222,7 +239,11 @@ func testReplaySkipsUnknown(t *testing.T, factory Factory) {
 	probe := NewRecord(node, 3)
 	probe.Kind = "probe"
 	publish(t, in, known1, v2, probe, known2)
+	before := in.Skipped()
 	expect(t, ReplayAll(t, in, -1), []intake.Record{known1, known2})
+	if got := in.Skipped() - before; got != 2 {
+		t.Errorf("Skipped grew by %d over a replay passing two unknown records, want 2", got)
+	}
 }
 
 func testReplayStops(t *testing.T, factory Factory) {
@@ -373,4 +394,155 @@ func testDescribe(t *testing.T, factory Factory) {
 	if d := factory(t, nodeID("a")).Describe(); d == "" {
 		t.Fatal("Describe is empty")
 	}
+}
+
+func testVerify(t *testing.T, factory Factory) {
+	node := nodeID("a")
+	in := factory(t, node)
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	if err := in.Verify(ctx); err != nil {
+		t.Fatalf("Verify on the log the factory set up: %v", err)
+	}
+	// Verify changes nothing a publish depends on.
+	publish(t, in, NewRecord(node, 1))
+}
+
+// wantClass fails unless err is an *intake.Error of class c, and checks
+// that IsTransient agrees with the class.
+func wantClass(t *testing.T, what string, err error, c intake.Class) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: no error, want %s", what, c)
+	}
+	var e *intake.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("%s: unclassified error %v, want %s", what, err, c)
+	}
+	if e.Class != c {
+		t.Fatalf("%s: class %s (%v), want %s", what, e.Class, err, c)
+	}
+	transient, _ := intake.IsTransient(err)
+	if want := c == intake.Unavailable || c == intake.Throttled; transient != want {
+		t.Fatalf("%s: IsTransient %v for class %s", what, transient, c)
+	}
+}
+
+// testErrorClasses: a batch the log can never take is Permanent, never
+// transient, so the reconciler does not retry it forever.
+func testErrorClasses(t *testing.T, factory Factory) {
+	in := factory(t, nodeID("a"))
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	_, err := in.PublishBatch(ctx, nil)
+	wantClass(t, "publish of an empty batch", err, intake.Permanent)
+}
+
+func testOversize(t *testing.T, factory Factory, lim Limits) {
+	node := nodeID("a")
+	in := factory(t, node)
+	small, big := NewRecord(node, 1), NewRecord(node, 2)
+	big.Value = bytes.Repeat([]byte{0xA5}, int(2*lim.MaxRecordBytes))
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	_, err := in.PublishBatch(ctx, []intake.Record{small, big})
+	wantClass(t, "publish of a record over the size limit", err, intake.Permanent)
+	// Refused before anything was written: the small record of the same
+	// batch is not in the log either.
+	if got := ReplayAll(t, in, -1); len(got) != 0 {
+		t.Fatalf("a refused batch left %d records in the log", len(got))
+	}
+	// The refusal is about that record only: the log still takes others.
+	expectAfter := []intake.Record{NewRecord(node, 3)}
+	publish(t, in, expectAfter...)
+	expect(t, ReplayAll(t, in, -1), expectAfter)
+}
+
+// testContext: a call whose ctx has ended returns promptly with a transient
+// error that wraps ctx's, never a confirm.
+func testContext(t *testing.T, factory Factory) {
+	node := nodeID("a")
+	in := factory(t, node)
+	publish(t, in, NewRecord(node, 1))
+	for _, c := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"cancelled", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			return ctx, cancel
+		}, context.Canceled},
+		{"deadline passed", func() (context.Context, context.CancelFunc) {
+			return context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+		}, context.DeadlineExceeded},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := c.ctx()
+			defer cancel()
+			p, err := in.PublishBatch(ctx, []intake.Record{NewRecord(node, 2)})
+			wantClass(t, "publish with an ended ctx", err, intake.Unavailable)
+			if !errors.Is(err, c.want) {
+				t.Errorf("publish error %v does not wrap %v", err, c.want)
+			}
+			if p >= 0 {
+				t.Errorf("failed publish returned position %d", p)
+			}
+			err = in.Replay(ctx, -1, func(intake.Record, intake.Position) error { return nil })
+			if err == nil || !errors.Is(err, c.want) {
+				t.Errorf("replay with an ended ctx returned %v, want an error wrapping %v", err, c.want)
+			}
+		})
+	}
+	// The adapter still publishes afterwards: an abandoned attempt leaves
+	// nothing behind that fails the next one.
+	r := NewRecord(node, 3)
+	publish(t, in, r)
+	got := ReplayAll(t, in, -1)
+	if len(got) == 0 || !RecordsEqual(got[len(got)-1].Rec, r) {
+		t.Fatalf("the publish after the ended-ctx attempts is not the last record replayed: %+v", got)
+	}
+}
+
+func testClose(t *testing.T, factory Factory) {
+	node := nodeID("a")
+	in := factory(t, node)
+	publish(t, in, NewRecord(node, 1))
+	if err := in.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := in.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if in.Ready() {
+		t.Error("Ready after Close")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	closed := func(what string, err error) {
+		t.Helper()
+		wantClass(t, what+" after Close", err, intake.Unavailable)
+		if !errors.Is(err, intake.ErrClosed) {
+			t.Errorf("%s after Close: %v does not wrap intake.ErrClosed", what, err)
+		}
+	}
+	_, err := in.PublishBatch(ctx, []intake.Record{NewRecord(node, 2)})
+	closed("publish", err)
+	closed("replay", in.Replay(ctx, -1, func(intake.Record, intake.Position) error {
+		t.Error("replay after Close called its callback")
+		return nil
+	}))
+	_, err = in.Earliest(ctx)
+	closed("earliest", err)
+	closed("verify", in.Verify(ctx))
+	if p, ok := in.(intake.Positioner); ok {
+		_, err := p.PublishBatchPositions(ctx, []intake.Record{NewRecord(node, 3)})
+		closed("publish with positions", err)
+	}
+	if pa, ok := in.(intake.PartitionAssigner); ok {
+		_, err := pa.AssignPartition(ctx, node)
+		closed("assign partition", err)
+	}
+	_ = in.Describe() // must not panic
 }

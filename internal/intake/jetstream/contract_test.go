@@ -26,5 +26,5 @@ func TestIntake_Contract(t *testing.T) {
 			BackupMaxAge:   time.Hour,
 			VerifyTopic:    true,
 		})
-	})
+	}, intaketest.Limits{MaxRecordBytes: 1 << 20})
 }

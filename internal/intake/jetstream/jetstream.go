@@ -85,8 +85,9 @@ const MinDuplicateWindow = time.Minute
 const MinReplicas = 3
 
 var (
-	// ErrClosed is wrapped by the error of a call on a closed Intake.
-	ErrClosed = errors.New("jetstream intake is closed")
+	// ErrClosed is wrapped by the Unavailable error of a call on a closed
+	// Intake: the intake package's, as the Intake contract states.
+	ErrClosed = intake.ErrClosed
 	// ErrNotConnected: the client is (re)connecting; Unavailable.
 	ErrNotConnected = errors.New("nats connection not ready")
 	// ErrNoStream: nothing answered the publish, so no stream captures the
@@ -160,7 +161,10 @@ type Intake struct {
 	skipped  atomic.Int64
 }
 
-var _ intake.Intake = (*Intake)(nil)
+var (
+	_ intake.Intake     = (*Intake)(nil)
+	_ intake.Positioner = (*Intake)(nil)
+)
 
 // Open validates o and dials the server. A server that is down (or that
 // refuses the credentials) does not fail Open: the client keeps reconnecting
@@ -221,7 +225,7 @@ func (in *Intake) Subject() string { return in.subject }
 
 // Skipped returns how many records this Intake's replays skipped as unknown
 // (version or kind) or unreadable, over its lifetime.
-func (in *Intake) Skipped() int { return int(in.skipped.Load()) }
+func (in *Intake) Skipped() int64 { return in.skipped.Load() }
 
 // current returns the live connection, or an Unavailable error once closed.
 func (in *Intake) current() (*conn, error) {

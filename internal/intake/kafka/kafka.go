@@ -18,13 +18,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/kafkaclient"
 )
 
-// ErrClosed is wrapped by the Unavailable error of a call on a closed Intake.
-var ErrClosed = errors.New("kafka intake is closed")
+// ErrClosed is wrapped by the Unavailable error of a call on a closed
+// Intake: the intake package's, as the Intake contract states.
+var ErrClosed = intake.ErrClosed
 
 // ErrNoPartition is wrapped by the error of a call that needs the node's
 // stamped partition while Options.Partition is still -1.
@@ -77,8 +77,8 @@ type Options struct {
 	Fleet string
 	// SASL and TLS configure the connection (intake.kafka.sasl, .tls); nil
 	// means none.
-	SASL *config.SASL
-	TLS  *config.TLS
+	SASL *kafkaclient.SASL
+	TLS  *kafkaclient.TLS
 	// MaxRecordBytes (intake.max_record_bytes) caps a record batch: the
 	// producer never builds a larger one, a record that cannot fit one is
 	// refused Permanent before anything is produced, and Verify requires the
@@ -135,6 +135,7 @@ type settings struct {
 var (
 	_ intake.Intake            = (*Intake)(nil)
 	_ intake.PartitionAssigner = (*Intake)(nil)
+	_ intake.Positioner        = (*Intake)(nil)
 )
 
 // Open builds the adapter's own client and starts the readiness goroutine.

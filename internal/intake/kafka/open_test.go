@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/intake/kafka"
+	"github.com/ankusa/ankusa/internal/kafkaclient"
 )
 
 // TestOpen_Options: Open refuses options it cannot use and does not dial
@@ -21,7 +21,7 @@ func TestOpen_Options(t *testing.T) {
 		{"largest record cap", func(o *kafka.Options) { o.MaxRecordBytes = 1 << 30 }, ""},
 		{"smallest record cap", func(o *kafka.Options) { o.MaxRecordBytes = 1 }, ""},
 		{"sasl scram", func(o *kafka.Options) {
-			o.SASL = &config.SASL{Mechanism: "scram-sha-512", Username: "u", Password: "p"}
+			o.SASL = &kafkaclient.SASL{Mechanism: "scram-sha-512", Username: "u", Password: "p"}
 		}, ""},
 		{"no brokers", func(o *kafka.Options) { o.Brokers = nil }, "no brokers"},
 		{"no topic", func(o *kafka.Options) { o.Topic = "" }, "no topic"},
@@ -29,8 +29,8 @@ func TestOpen_Options(t *testing.T) {
 		{"partition -2", func(o *kafka.Options) { o.Partition = -2 }, "partition -2"},
 		{"record cap too large", func(o *kafka.Options) { o.MaxRecordBytes = 1<<30 + 1 }, "max record bytes"},
 		{"negative backup age", func(o *kafka.Options) { o.BackupMaxAge = -1 }, "backup max age"},
-		{"unknown sasl", func(o *kafka.Options) { o.SASL = &config.SASL{Mechanism: "gssapi"} }, "gssapi"},
-		{"tls half a key pair", func(o *kafka.Options) { o.TLS = &config.TLS{Enabled: true, CertFile: "c.pem"} }, "go together"},
+		{"unknown sasl", func(o *kafka.Options) { o.SASL = &kafkaclient.SASL{Mechanism: "gssapi"} }, "gssapi"},
+		{"tls half a key pair", func(o *kafka.Options) { o.TLS = &kafkaclient.TLS{Enabled: true, CertFile: "c.pem"} }, "go together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := good

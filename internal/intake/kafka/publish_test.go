@@ -224,6 +224,10 @@ func TestPublish_BrokerErrorClasses(t *testing.T) {
 		{kerr.InvalidRecord, intake.Permanent, true},
 		{kerr.TopicAuthorizationFailed, intake.Permanent, true},
 		{kerr.ClusterAuthorizationFailed, intake.Permanent, true},
+		// The topic's settings refusing the produce: Unavailable here,
+		// Permanent in the sink (kafkaclient.KindTopicRefused says why).
+		{kerr.PolicyViolation, intake.Unavailable, true},
+		{kerr.InvalidTimestamp, intake.Unavailable, true},
 	} {
 		t.Run(tc.inject.Message, func(t *testing.T) {
 			h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: tc.inject})

@@ -40,21 +40,27 @@ func verifyOptions(c *kfake.Cluster, name string) kafka.Options {
 // knows), so a full, passing answer has to come from a control function.
 func answerDescribeConfigs(c *kfake.Cluster, cfg map[string]string) {
 	c.ControlKey(int16(kmsg.DescribeConfigs), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		req := kreq.(*kmsg.DescribeConfigsRequest)
-		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
-		for _, rr := range req.Resources {
-			r := kmsg.NewDescribeConfigsResponseResource()
-			r.ResourceType, r.ResourceName = rr.ResourceType, rr.ResourceName
-			for k, v := range cfg {
-				rc := kmsg.NewDescribeConfigsResponseResourceConfig()
-				rc.Name, rc.Value = k, kmsg.StringPtr(v)
-				rc.Source = kmsg.ConfigSourceDynamicTopicConfig
-				r.Configs = append(r.Configs, rc)
-			}
-			resp.Resources = append(resp.Resources, r)
-		}
-		return resp, nil, true
+		return describeConfigs(kreq, cfg), nil, true
 	})
+}
+
+// describeConfigs is the DescribeConfigs answer cfg for every topic kreq
+// asks about.
+func describeConfigs(kreq kmsg.Request, cfg map[string]string) kmsg.Response {
+	req := kreq.(*kmsg.DescribeConfigsRequest)
+	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+	for _, rr := range req.Resources {
+		r := kmsg.NewDescribeConfigsResponseResource()
+		r.ResourceType, r.ResourceName = rr.ResourceType, rr.ResourceName
+		for k, v := range cfg {
+			rc := kmsg.NewDescribeConfigsResponseResourceConfig()
+			rc.Name, rc.Value = k, kmsg.StringPtr(v)
+			rc.Source = kmsg.ConfigSourceDynamicTopicConfig
+			r.Configs = append(r.Configs, rc)
+		}
+		resp.Resources = append(resp.Resources, r)
+	}
+	return resp
 }
 
 // wantRefused checks that err is Verify's refusal naming every string in

@@ -19,8 +19,10 @@ import (
 	"github.com/ankusa/ankusa/internal/intake"
 )
 
-// ErrClosed is wrapped by the error of a call on a closed Log.
-var ErrClosed = errors.New("memory intake log is closed")
+// ErrClosed is wrapped by the Unavailable error of a call on a closed Log:
+// the intake package's, as the Intake contract states. The test-only
+// helpers (Truncate, CopyTo, …) return it bare.
+var ErrClosed = intake.ErrClosed
 
 // ErrTooLarge is wrapped by the Permanent error of a record whose frame is
 // larger than Options.MaxRecordBytes.
@@ -376,7 +378,7 @@ func (l *Log) Replay(ctx context.Context, from intake.Position, fn func(intake.R
 
 // Skipped returns how many records this Log's replays skipped as unknown
 // (version, kind or frame format) or unreadable, over its lifetime.
-func (l *Log) Skipped() int { return int(l.skipped.Load()) }
+func (l *Log) Skipped() int64 { return l.skipped.Load() }
 
 // Ready reports the SetReady flag (true at Open), false once closed.
 func (l *Log) Ready() bool { return l.ready.Load() && !l.closed.Load() }
@@ -386,7 +388,7 @@ func (l *Log) Ready() bool { return l.ready.Load() && !l.closed.Load() }
 // replicated, which Describe states.
 func (l *Log) Verify(ctx context.Context) error {
 	if l.closed.Load() {
-		return ErrClosed
+		return &intake.Error{Class: intake.Unavailable, Err: ErrClosed}
 	}
 	f, err := os.CreateTemp(l.dir, ".verify-*")
 	if err != nil {

@@ -10,16 +10,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
-	"net/url"
-
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/sink"
 )
 
@@ -38,24 +36,37 @@ type Sink struct {
 
 var _ sink.Sink = (*Sink)(nil)
 
-// New builds the sink. The client never follows redirects: a 3xx is a
-// misconfigured URL, and following it could send hooks somewhere the
-// operator did not name.
-func New(cfg *config.HTTPSink) (*Sink, error) {
-	s := &Sink{url: cfg.URL, headers: cfg.Headers, now: time.Now}
-	// One decoder for the secret: the config's, which validated it at boot.
-	sec, err := cfg.SigningKey()
-	if err != nil {
-		return nil, fmt.Errorf("http sink secret: %w", err)
+// Options configures New. config validates the operator's settings (the
+// URL's scheme, the secret's encoding and length); New checks only what it
+// cannot work without.
+type Options struct {
+	// URL is the endpoint POSTed to. Required.
+	URL string
+	// Timeout bounds one attempt on top of the caller's ctx; 0 leaves only
+	// the ctx.
+	Timeout time.Duration
+	// Headers are set on every request, before Ankusa's own.
+	Headers map[string]string
+	// Secret is the decoded Standard Webhooks signing key (config's
+	// HTTPSink.SigningKey); nil sends no signature.
+	Secret []byte
+}
+
+// New builds the sink. It fails only on an empty URL. The client never
+// follows redirects: a 3xx is a misconfigured URL, and following it could
+// send hooks somewhere the operator did not name.
+func New(cfg Options) (*Sink, error) {
+	if cfg.URL == "" {
+		return nil, errors.New("http sink: url is required")
 	}
-	s.secret = sec
+	s := &Sink{url: cfg.URL, headers: cfg.Headers, secret: cfg.Secret, now: time.Now}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// Enough idle connections for every dispatch worker to reuse one: the
 	// pool, not dispatch.concurrency, would otherwise cap keep-alive reuse.
 	tr.MaxIdleConnsPerHost = 1024
 	s.client = &http.Client{
 		Transport: tr,
-		Timeout:   time.Duration(cfg.TimeoutMs) * time.Millisecond,
+		Timeout:   cfg.Timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},

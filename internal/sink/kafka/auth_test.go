@@ -21,10 +21,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/kafkaclient"
 	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/sink/kafka"
-	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 func TestNew_Config(t *testing.T) {
@@ -35,22 +34,22 @@ func TestNew_Config(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		cfg  config.KafkaSink
+		cfg  kafka.Options
 		want string
 	}{
-		{"no brokers", config.KafkaSink{Topic: "t"}, "no brokers"},
-		{"no topic", config.KafkaSink{Brokers: []string{"localhost:9092"}}, "no topic"},
-		{"sasl mechanism", config.KafkaSink{Brokers: []string{"localhost:9092"}, Topic: "t",
-			SASL: &config.SASL{Mechanism: "gssapi"}}, `"gssapi"`},
-		{"missing ca", config.KafkaSink{Brokers: []string{"localhost:9092"}, Topic: "t",
-			TLS: &config.TLS{Enabled: true, CAFile: filepath.Join(dir, "absent.pem")}}, "ca_file"},
-		{"ca not pem", config.KafkaSink{Brokers: []string{"localhost:9092"}, Topic: "t",
-			TLS: &config.TLS{Enabled: true, CAFile: notPEM}}, "no PEM certificate"},
-		{"cert without key", config.KafkaSink{Brokers: []string{"localhost:9092"}, Topic: "t",
-			TLS: &config.TLS{Enabled: true, CertFile: notPEM}}, "go together"},
+		{"no brokers", kafka.Options{Topic: "t"}, "no brokers"},
+		{"no topic", kafka.Options{Brokers: []string{"localhost:9092"}}, "no topic"},
+		{"sasl mechanism", kafka.Options{Brokers: []string{"localhost:9092"}, Topic: "t",
+			SASL: &kafkaclient.SASL{Mechanism: "gssapi"}}, `"gssapi"`},
+		{"missing ca", kafka.Options{Brokers: []string{"localhost:9092"}, Topic: "t",
+			TLS: &kafkaclient.TLS{Enabled: true, CAFile: filepath.Join(dir, "absent.pem")}}, "ca_file"},
+		{"ca not pem", kafka.Options{Brokers: []string{"localhost:9092"}, Topic: "t",
+			TLS: &kafkaclient.TLS{Enabled: true, CAFile: notPEM}}, "no PEM certificate"},
+		{"cert without key", kafka.Options{Brokers: []string{"localhost:9092"}, Topic: "t",
+			TLS: &kafkaclient.TLS{Enabled: true, CertFile: notPEM}}, "go together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := kafka.New(&tc.cfg, testutil.Logger(t))
+			s, err := kafka.New(withLogger(t, tc.cfg))
 			if err == nil {
 				s.Close()
 				t.Fatal("New accepted the config")
@@ -82,7 +81,7 @@ func TestDeliver_SASL(t *testing.T) {
 	for _, m := range mechanisms {
 		t.Run(m.mechanism, func(t *testing.T) {
 			cfg := sinkConfig(c)
-			cfg.SASL = &config.SASL{Mechanism: m.mechanism, Username: m.user, Password: m.pass}
+			cfg.SASL = &kafkaclient.SASL{Mechanism: m.mechanism, Username: m.user, Password: m.pass}
 			if err := deliver(t, newSink(t, cfg), message()); err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +104,7 @@ func TestDeliver_SASLFailure(t *testing.T) {
 				return resp, nil, true
 			})
 			cfg := sinkConfig(c)
-			cfg.SASL = &config.SASL{Mechanism: m.mechanism, Username: m.user, Password: "wrong"}
+			cfg.SASL = &kafkaclient.SASL{Mechanism: m.mechanism, Username: m.user, Password: "wrong"}
 			err := deliver(t, newSink(t, cfg), message())
 			if perm, _ := sink.Classify(err); !perm || !errors.Is(err, kerr.SaslAuthenticationFailed) {
 				t.Errorf("err = %v, want permanent SASL_AUTHENTICATION_FAILED", err)
@@ -117,7 +116,7 @@ func TestDeliver_SASLFailure(t *testing.T) {
 	t.Run("hung up", func(t *testing.T) {
 		c := saslCluster(t)
 		cfg := sinkConfig(c)
-		cfg.SASL = &config.SASL{Mechanism: "scram-sha-256", Username: "scram256-user", Password: "wrong"}
+		cfg.SASL = &kafkaclient.SASL{Mechanism: "scram-sha-256", Username: "scram256-user", Password: "wrong"}
 		err := deliver(t, newSink(t, cfg), message())
 		if err == nil {
 			t.Fatal("Deliver succeeded with a wrong password")
@@ -152,10 +151,10 @@ func TestDeliver_TLS(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		tls  config.TLS
+		tls  kafkaclient.TLS
 	}{
-		{"ca and client cert", config.TLS{Enabled: true, CAFile: caFile, CertFile: certFile, KeyFile: keyFile}},
-		{"insecure skip verify", config.TLS{Enabled: true, InsecureSkipVerify: true, CertFile: certFile, KeyFile: keyFile}},
+		{"ca and client cert", kafkaclient.TLS{Enabled: true, CAFile: caFile, CertFile: certFile, KeyFile: keyFile}},
+		{"insecure skip verify", kafkaclient.TLS{Enabled: true, InsecureSkipVerify: true, CertFile: certFile, KeyFile: keyFile}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := sinkConfig(c)

@@ -17,7 +17,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/kafkaclient"
 	"github.com/ankusa/ankusa/internal/sink"
 )
@@ -33,11 +32,35 @@ type Sink struct {
 
 var _ sink.Sink = (*Sink)(nil)
 
+// Options configures New. config validates the operator's settings; New
+// checks only what it cannot work without.
+type Options struct {
+	// Brokers are the seed brokers, host:port. Required.
+	Brokers []string
+	// Topic is the existing topic produced to. Required.
+	Topic string
+	// Timeout bounds one attempt on top of the caller's ctx; 0 leaves only
+	// the ctx.
+	Timeout time.Duration
+	// SASL and TLS configure the connection; nil means none.
+	SASL *kafkaclient.SASL
+	TLS  *kafkaclient.TLS
+	// DropHeaders are the request headers left out of the message (any
+	// case); nil means sink.DefaultDropHeaders, an empty list drops none.
+	DropHeaders []string
+	// Logger receives the client's warnings. Nil discards.
+	Logger *slog.Logger
+}
+
 // New builds the sink's client. It does not dial: a broker that is down when
 // Ankusa starts shows up as failed (transient) deliveries, not a failed start.
-// It fails only on a config it cannot use (no brokers or topic, an unknown
-// SASL mechanism, unreadable TLS files).
-func New(cfg *config.KafkaSink, log *slog.Logger) (*Sink, error) {
+// It fails only on options it cannot use (no brokers or topic, an unknown
+// SASL mechanism, unreadable TLS files), with an error naming the setting.
+func New(cfg Options) (*Sink, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("kafka sink: no brokers")
 	}
@@ -82,7 +105,7 @@ func New(cfg *config.KafkaSink, log *slog.Logger) (*Sink, error) {
 	}
 	return &Sink{
 		topic:   cfg.Topic,
-		timeout: time.Duration(cfg.TimeoutMs) * time.Millisecond,
+		timeout: cfg.Timeout,
 		drop:    sink.NewHeaderFilter(cfg.DropHeaders),
 		cl:      cl,
 	}, nil
@@ -100,6 +123,16 @@ func (s *Sink) Deliver(ctx context.Context, m *sink.Message) error {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
+	}
+	// An attempt whose ctx has already ended never reaches the client:
+	// kgo fails a whole record batch when one of its records' ctx is done
+	// (AllowIdempotentProduceCancellation), so a record left buffered by
+	// such an attempt failed the next Deliver's record with this ctx's
+	// error (sinktest EndedContextReturnsPromptly, 6 runs in 8). A ctx
+	// ending while its record is in flight still fails the records batched
+	// with it: those attempts are transient failures the dispatcher retries.
+	if err := ctx.Err(); err != nil {
+		return classify(s.topic, err)
 	}
 	bh := sink.BrokerHeaders(m)
 	r := &kgo.Record{

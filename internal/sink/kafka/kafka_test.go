@@ -20,10 +20,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/hook"
 	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/sink/kafka"
-	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
 
@@ -45,13 +44,13 @@ func newCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 	return c
 }
 
-func sinkConfig(c *kfake.Cluster) *config.KafkaSink {
-	return &config.KafkaSink{Brokers: c.ListenAddrs(), Topic: topic}
+func sinkConfig(c *kfake.Cluster) *kafka.Options {
+	return &kafka.Options{Brokers: c.ListenAddrs(), Topic: topic}
 }
 
-func newSink(t *testing.T, cfg *config.KafkaSink) *kafka.Sink {
+func newSink(t *testing.T, cfg *kafka.Options) *kafka.Sink {
 	t.Helper()
-	s, err := kafka.New(cfg, testutil.Logger(t))
+	s, err := kafka.New(withLogger(t, *cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +69,7 @@ func message() *sink.Message {
 		Source:      "github",
 		ReceivedAt:  time.Date(2025, 3, 4, 5, 6, 7, 891_000_000, time.UTC),
 		ContentType: "application/json",
-		Headers:     []store.Header{{Name: "x-github-event", Value: "pull_request"}},
+		Headers:     []hook.Header{{Name: "x-github-event", Value: "pull_request"}},
 		Body:        body,
 		SHA256:      sha256.Sum256(body),
 		DedupeKey:   "delivery-7",
@@ -424,13 +423,13 @@ func TestDeliver_UnknownTopic(t *testing.T) {
 func TestDeliver_Context(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  func(*config.KafkaSink)
+		cfg  func(*kafka.Options)
 		ctx  func() (context.Context, context.CancelFunc)
 	}{
-		{"ctx deadline", func(*config.KafkaSink) {}, func() (context.Context, context.CancelFunc) {
+		{"ctx deadline", func(*kafka.Options) {}, func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), 200*time.Millisecond)
 		}},
-		{"timeout_ms", func(c *config.KafkaSink) { c.TimeoutMs = 200 }, func() (context.Context, context.CancelFunc) {
+		{"timeout_ms", func(c *kafka.Options) { c.Timeout = 200 * time.Millisecond }, func() (context.Context, context.CancelFunc) {
 			return context.WithCancel(context.Background())
 		}},
 	} {
@@ -491,7 +490,7 @@ func TestClose_NoLeak(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		s, err := kafka.New(sinkConfig(c), testutil.Logger(t))
+		s, err := kafka.New(withLogger(t, *sinkConfig(c)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -524,7 +523,7 @@ func TestDeliver_DropHeaders(t *testing.T) {
 	own := newSink(t, cfg)
 	for _, s := range []*kafka.Sink{def, own} {
 		m := message()
-		m.Headers = append(m.Headers, store.Header{Name: "authorization", Value: "Bearer provider-token"})
+		m.Headers = append(m.Headers, hook.Header{Name: "authorization", Value: "Bearer provider-token"})
 		if err := deliver(t, s, m); err != nil {
 			t.Fatal(err)
 		}
@@ -538,4 +537,10 @@ func TestDeliver_DropHeaders(t *testing.T) {
 	if !strings.Contains(byOwn, `"authorization"`) || strings.Contains(byOwn, `"x-github-event"`) {
 		t.Errorf("drop_headers [X-Github-Event]: %s", byOwn)
 	}
+}
+
+// withLogger is o logging to the test.
+func withLogger(t *testing.T, o kafka.Options) kafka.Options {
+	o.Logger = testutil.Logger(t)
+	return o
 }

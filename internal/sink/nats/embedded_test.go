@@ -17,9 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/hook"
 	natssink "github.com/ankusa/ankusa/internal/sink/nats"
-	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
 
@@ -36,7 +35,7 @@ func TestSink_ServerRestart(t *testing.T) {
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	js := embeddedJetStream(t, url, adminOpts...)
 	st := makeStream(t, js, func(c *jetstream.StreamConfig) { c.Storage = jetstream.FileStorage })
-	s := newSink(t, config.NATSSink{URL: url, Subject: st.CachedInfo().Config.Subjects[0]})
+	s := newSink(t, natssink.Options{URL: url, Subject: st.CachedInfo().Config.Subjects[0]})
 	if err := deliver(s, newMessage(nil), 5*time.Second); err != nil {
 		t.Fatalf("Deliver: %v", err)
 	}
@@ -63,7 +62,7 @@ func TestSink_ServerDownAtBoot(t *testing.T) {
 	port := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	start := time.Now()
-	s := newSink(t, config.NATSSink{URL: url, Subject: "ankusa.hooks"})
+	s := newSink(t, natssink.Options{URL: url, Subject: "ankusa.hooks"})
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("New took %s with the server down", d)
 	}
@@ -95,12 +94,12 @@ func TestSink_PermissionViolation(t *testing.T) {
 	js := embeddedJetStream(t, url, nats.UserInfo("admin", "admin"))
 	makeStream(t, js, func(c *jetstream.StreamConfig) { c.Subjects = []string{"denied.hooks", "allowed.hooks"} })
 
-	allowed := newSink(t, config.NATSSink{URL: url, Subject: "allowed.hooks", User: "ankusa", Password: "pw"})
+	allowed := newSink(t, natssink.Options{URL: url, Subject: "allowed.hooks", User: "ankusa", Password: "pw"})
 	if err := deliver(allowed, newMessage(nil), 5*time.Second); err != nil {
 		t.Fatalf("Deliver to an allowed subject: %v", err)
 	}
 
-	denied := newSink(t, config.NATSSink{URL: url, Subject: "denied.hooks", User: "ankusa", Password: "pw"})
+	denied := newSink(t, natssink.Options{URL: url, Subject: "denied.hooks", User: "ankusa", Password: "pw"})
 	const attempt = 10 * time.Second
 	start := time.Now()
 	err := deliver(denied, newMessage(nil), attempt)
@@ -121,7 +120,7 @@ func TestSink_BadPassword(t *testing.T) {
 	srv := runServer(t, -1, t.TempDir(), func(o *server.Options) {
 		o.Users = []*server.User{{Username: "ankusa", Password: "pw"}}
 	})
-	s := newSink(t, config.NATSSink{URL: srv.ClientURL(), Subject: "ankusa.hooks", User: "ankusa", Password: "wrong"})
+	s := newSink(t, natssink.Options{URL: srv.ClientURL(), Subject: "ankusa.hooks", User: "ankusa", Password: "wrong"})
 	err := deliver(s, newMessage(nil), 5*time.Second)
 	assertTransient(t, err)
 	if !errors.Is(err, natssink.ErrNotConnected) {
@@ -133,7 +132,7 @@ func TestSink_ServerMaxPayload(t *testing.T) {
 	srv := runServer(t, -1, t.TempDir(), func(o *server.Options) { o.MaxPayload = 2048 })
 	js := embeddedJetStream(t, srv.ClientURL())
 	st := makeStream(t, js, nil)
-	s := newSink(t, config.NATSSink{URL: srv.ClientURL(), Subject: st.CachedInfo().Config.Subjects[0]})
+	s := newSink(t, natssink.Options{URL: srv.ClientURL(), Subject: st.CachedInfo().Config.Subjects[0]})
 	err := deliver(s, newMessage(bytes.Repeat([]byte("x"), 4096)), 5*time.Second)
 	assertPermanent(t, err)
 	if !errors.Is(err, nats.ErrMaxPayload) {
@@ -152,19 +151,19 @@ func TestSink_Auth(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		srv   func(*testing.T, *server.Options)
-		cfg   func(*config.NATSSink)
+		cfg   func(*natssink.Options)
 		admin func(*testing.T) nats.Option
 	}{
 		{
 			name:  "user/password",
 			srv:   func(_ *testing.T, o *server.Options) { o.Username, o.Password = "ankusa", "pw" },
-			cfg:   func(c *config.NATSSink) { c.User, c.Password = "ankusa", "pw" },
+			cfg:   func(c *natssink.Options) { c.User, c.Password = "ankusa", "pw" },
 			admin: func(*testing.T) nats.Option { return nats.UserInfo("ankusa", "pw") },
 		},
 		{
 			name:  "token",
 			srv:   func(_ *testing.T, o *server.Options) { o.Authorization = "s3cret" },
-			cfg:   func(c *config.NATSSink) { c.Token = "s3cret" },
+			cfg:   func(c *natssink.Options) { c.Token = "s3cret" },
 			admin: func(*testing.T) nats.Option { return nats.Token("s3cret") },
 		},
 		{
@@ -172,7 +171,7 @@ func TestSink_Auth(t *testing.T) {
 			srv: func(_ *testing.T, o *server.Options) {
 				o.Nkeys = []*server.NkeyUser{{Nkey: must(userKey.PublicKey())}}
 			},
-			cfg: func(c *config.NATSSink) { c.NKeyFile = seedFile },
+			cfg: func(c *natssink.Options) { c.NKeyFile = seedFile },
 			admin: func(t *testing.T) nats.Option {
 				o, err := nats.NkeyOptionFromSeed(seedFile)
 				if err != nil {
@@ -184,7 +183,7 @@ func TestSink_Auth(t *testing.T) {
 		{
 			name: "creds file",
 			srv:  func(t *testing.T, o *server.Options) { operatorMode(t, o, opKey, accKey) },
-			cfg:  func(c *config.NATSSink) { c.CredsFile = creds },
+			cfg:  func(c *natssink.Options) { c.CredsFile = creds },
 			admin: func(*testing.T) nats.Option {
 				return nats.UserCredentials(creds)
 			},
@@ -194,7 +193,7 @@ func TestSink_Auth(t *testing.T) {
 			srv := runServer(t, -1, t.TempDir(), func(o *server.Options) { c.srv(t, o) })
 			js := embeddedJetStream(t, srv.ClientURL(), c.admin(t))
 			st := makeStream(t, js, nil)
-			cfg := config.NATSSink{URL: srv.ClientURL(), Subject: st.CachedInfo().Config.Subjects[0]}
+			cfg := natssink.Options{URL: srv.ClientURL(), Subject: st.CachedInfo().Config.Subjects[0]}
 			c.cfg(&cfg)
 			s := newSink(t, cfg)
 			if err := deliver(s, newMessage(nil), 5*time.Second); err != nil {
@@ -204,7 +203,7 @@ func TestSink_Auth(t *testing.T) {
 				t.Fatalf("stream holds %d messages, want 1", n)
 			}
 
-			noCreds := newSink(t, config.NATSSink{URL: srv.ClientURL(), Subject: cfg.Subject})
+			noCreds := newSink(t, natssink.Options{URL: srv.ClientURL(), Subject: cfg.Subject})
 			if err := deliver(noCreds, newMessage(nil), 5*time.Second); !errors.Is(err, natssink.ErrNotConnected) {
 				t.Fatalf("Deliver without credentials = %v, want ErrNotConnected", err)
 			}
@@ -284,7 +283,7 @@ func TestSink_MaxPayloadWarning(t *testing.T) {
 	}
 
 	rec := testutil.NewLogRecorder()
-	s, err := natssink.New(&config.NATSSink{URL: url, Subject: subject}, slog.New(rec), fits+1)
+	s, err := natssink.New(natssink.Options{URL: url, Subject: subject, Logger: slog.New(rec), MaxBody: fits + 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,9 +315,9 @@ func TestSink_DropHeaders(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st := makeStream(t, js, nil)
-			s := newSink(t, config.NATSSink{URL: url, Subject: st.CachedInfo().Config.Subjects[0], DropHeaders: c.drop})
+			s := newSink(t, natssink.Options{URL: url, Subject: st.CachedInfo().Config.Subjects[0], DropHeaders: c.drop})
 			m := newMessage(nil)
-			m.Headers = append(m.Headers, store.Header{Name: "authorization", Value: "Bearer provider-token"})
+			m.Headers = append(m.Headers, hook.Header{Name: "authorization", Value: "Bearer provider-token"})
 			if err := deliver(s, m, 5*time.Second); err != nil {
 				t.Fatal(err)
 			}

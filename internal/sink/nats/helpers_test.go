@@ -15,10 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/hook"
 	"github.com/ankusa/ankusa/internal/sink"
 	natssink "github.com/ankusa/ankusa/internal/sink/nats"
-	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
 
@@ -111,9 +110,9 @@ func makeStream(t *testing.T, js jetstream.JetStream, edit func(*jetstream.Strea
 }
 
 // newSink builds a sink and closes it when the test ends.
-func newSink(t *testing.T, cfg config.NATSSink) *natssink.Sink {
+func newSink(t *testing.T, cfg natssink.Options) *natssink.Sink {
 	t.Helper()
-	s, err := natssink.New(&cfg, testutil.Logger(t), 0)
+	s, err := natssink.New(withLogger(t, cfg))
 	if err != nil {
 		t.Fatalf("new sink: %v", err)
 	}
@@ -138,7 +137,7 @@ func newMessage(body []byte) *sink.Message {
 		Source:      "stripe",
 		ReceivedAt:  time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC),
 		ContentType: "application/json",
-		Headers:     []store.Header{{Name: "stripe-signature", Value: "t=1,v1=abc"}},
+		Headers:     []hook.Header{{Name: "stripe-signature", Value: "t=1,v1=abc"}},
 		Body:        body,
 		DedupeKey:   "evt_123",
 		ReplayID:    "replay_7",
@@ -262,4 +261,10 @@ func assertPermanent(t *testing.T, err error) {
 	if perm, _ := sink.Classify(err); !perm {
 		t.Fatalf("Deliver error %q is transient, want permanent", err)
 	}
+}
+
+// withLogger is o logging to the test.
+func withLogger(t *testing.T, o natssink.Options) natssink.Options {
+	o.Logger = testutil.Logger(t)
+	return o
 }

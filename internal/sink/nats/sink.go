@@ -33,12 +33,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/natsclient"
 	"github.com/ankusa/ankusa/internal/sink"
 )
 
-// defaultTimeout bounds one attempt when timeout_ms is unset.
+// defaultTimeout bounds one attempt when Options.Timeout is 0.
 const defaultTimeout = 5 * time.Second
 
 // connectionName is how Ankusa's sink connections appear in the server's
@@ -58,16 +57,42 @@ type Sink struct {
 
 var _ sink.Sink = (*Sink)(nil)
 
-// New validates cfg, builds the sink and dials the server. It fails only
-// for a configuration it can never use (no URL or subject, conflicting or
-// unreadable credentials); a down server is not one of them. maxBody is the
-// largest body the edge accepts (http.max_body_bytes): whenever the sink
-// connects it warns if the server's max_payload cannot carry such a body
-// (see MessageBytes); 0 skips the check.
-func New(cfg *config.NATSSink, log *slog.Logger, maxBody int64) (*Sink, error) {
-	if cfg == nil {
-		return nil, errors.New("nats sink: no config")
-	}
+// Options configures New. config validates the operator's settings; New
+// checks only what it cannot work without.
+type Options struct {
+	// URL is the server URL, or a comma-separated list. Required.
+	URL string
+	// Subject is published to; an operator-created stream must capture it.
+	// Required.
+	Subject string
+	// Timeout bounds one attempt on top of the caller's ctx; 0 means 5s.
+	Timeout time.Duration
+
+	// At most one credential method: User/Password, Token, CredsFile or
+	// NKeyFile (a seed file).
+	User      string
+	Password  string
+	Token     string
+	CredsFile string
+	NKeyFile  string
+
+	// DropHeaders are the request headers left out of the message (any
+	// case); nil means sink.DefaultDropHeaders, an empty list drops none.
+	DropHeaders []string
+	// MaxBody is the largest body the edge accepts (http.max_body_bytes):
+	// whenever the sink connects it warns if the server's max_payload
+	// cannot carry such a body (see MessageBytes); 0 skips the check.
+	MaxBody int64
+	// Logger receives connection events. Nil discards.
+	Logger *slog.Logger
+}
+
+// New validates the options, builds the sink and dials the server. It fails only
+// for options it can never use (no URL or subject, conflicting or
+// unreadable credentials), with an error naming the setting; a down server
+// is not one of them.
+func New(cfg Options) (*Sink, error) {
+	log, maxBody := cfg.Logger, cfg.MaxBody
 	if cfg.URL == "" {
 		return nil, errors.New("nats sink: url is required")
 	}
@@ -90,8 +115,8 @@ func New(cfg *config.NATSSink, log *slog.Logger, maxBody int64) (*Sink, error) {
 		denied:  natsclient.NewDenials(),
 		maxBody: maxBody,
 	}
-	if cfg.TimeoutMs > 0 {
-		s.timeout = time.Duration(cfg.TimeoutMs) * time.Millisecond
+	if cfg.Timeout > 0 {
+		s.timeout = cfg.Timeout
 	}
 	if s.client, err = s.dial(cfg.URL, auth); err != nil {
 		return nil, fmt.Errorf("nats sink: connect %s: %w", natsclient.RedactURL(cfg.URL), err)
@@ -105,7 +130,7 @@ func New(cfg *config.NATSSink, log *slog.Logger, maxBody int64) (*Sink, error) {
 }
 
 // Deliver publishes m and waits for the stream's PubAck, within ctx and the
-// sink's timeout_ms, whichever ends first.
+// sink's Options.Timeout, whichever ends first.
 //
 // Errors: Permanent for a publish permission violation, a message over the
 // server's max_payload or the stream's max_msg_size, and a header the stream

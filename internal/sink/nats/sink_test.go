@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/sink"
 	natssink "github.com/ankusa/ankusa/internal/sink/nats"
 	"github.com/ankusa/ankusa/internal/testutil"
@@ -28,7 +27,7 @@ func TestSink_Deliver(t *testing.T) {
 	t.Run("stored with message JSON and headers", func(t *testing.T) {
 		st := createStream(t, js, nil)
 		subject := st.CachedInfo().Config.Subjects[0]
-		s := newSink(t, config.NATSSink{URL: url, Subject: subject})
+		s := newSink(t, natssink.Options{URL: url, Subject: subject})
 		m := newMessage(nil)
 		if err := deliver(s, m, 5*time.Second); err != nil {
 			t.Fatalf("Deliver: %v", err)
@@ -103,7 +102,7 @@ func TestSink_Deliver(t *testing.T) {
 
 	t.Run("redelivery absorbed by the duplicate window", func(t *testing.T) {
 		st := createStream(t, js, nil)
-		s := newSink(t, config.NATSSink{URL: url, Subject: st.CachedInfo().Config.Subjects[0]})
+		s := newSink(t, natssink.Options{URL: url, Subject: st.CachedInfo().Config.Subjects[0]})
 		m := newMessage(nil)
 		for i := range 2 {
 			if err := deliver(s, m, 5*time.Second); err != nil {
@@ -121,7 +120,7 @@ func TestSink_Deliver(t *testing.T) {
 
 	t.Run("no stream captures the subject", func(t *testing.T) {
 		subject := uniqueName() + ".nostream"
-		s := newSink(t, config.NATSSink{URL: url, Subject: subject})
+		s := newSink(t, natssink.Options{URL: url, Subject: subject})
 		err := deliver(s, newMessage(nil), 5*time.Second)
 		assertTransient(t, err)
 		if !errors.Is(err, natssink.ErrNoStream) {
@@ -136,7 +135,7 @@ func TestSink_Deliver(t *testing.T) {
 
 	t.Run("expired context", func(t *testing.T) {
 		st := createStream(t, js, nil)
-		s := newSink(t, config.NATSSink{URL: url, Subject: st.CachedInfo().Config.Subjects[0]})
+		s := newSink(t, natssink.Options{URL: url, Subject: st.CachedInfo().Config.Subjects[0]})
 		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 		defer cancel()
 		start := time.Now()
@@ -155,7 +154,7 @@ func TestSink_Deliver(t *testing.T) {
 
 	t.Run("over the stream's max_msg_size", func(t *testing.T) {
 		st := createStream(t, js, func(c *jetstream.StreamConfig) { c.MaxMsgSize = 512 })
-		s := newSink(t, config.NATSSink{URL: url, Subject: st.CachedInfo().Config.Subjects[0]})
+		s := newSink(t, natssink.Options{URL: url, Subject: st.CachedInfo().Config.Subjects[0]})
 		err := deliver(s, newMessage(bytes.Repeat([]byte("x"), 1024)), 5*time.Second)
 		assertPermanent(t, err)
 		if !errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum) {
@@ -169,7 +168,7 @@ func TestSink_Deliver(t *testing.T) {
 	t.Run("timeout_ms bounds an attempt without a deadline", func(t *testing.T) {
 		// No stream and a 300 ms timeout: the client's no-responders
 		// retries would take longer, so the attempt ends on timeout_ms.
-		s := newSink(t, config.NATSSink{URL: url, Subject: uniqueName() + ".nostream", TimeoutMs: 300})
+		s := newSink(t, natssink.Options{URL: url, Subject: uniqueName() + ".nostream", Timeout: 300 * time.Millisecond})
 		start := time.Now()
 		err := s.Deliver(context.Background(), newMessage(nil))
 		if d := time.Since(start); d > 2*time.Second {
@@ -182,7 +181,7 @@ func TestSink_Deliver(t *testing.T) {
 func TestSink_RedialsAfterClientClose(t *testing.T) {
 	url, js := liveJetStream(t)
 	st := createStream(t, js, nil)
-	s := newSink(t, config.NATSSink{URL: url, Subject: st.CachedInfo().Config.Subjects[0]})
+	s := newSink(t, natssink.Options{URL: url, Subject: st.CachedInfo().Config.Subjects[0]})
 	if err := deliver(s, newMessage(nil), 5*time.Second); err != nil {
 		t.Fatalf("Deliver: %v", err)
 	}
@@ -208,7 +207,7 @@ func TestSink_CloseLeavesNoGoroutines(t *testing.T) {
 	st := createStream(t, js, nil)
 	baseline := runtime.NumGoroutine()
 
-	s, err := natssink.New(&config.NATSSink{URL: url, Subject: st.CachedInfo().Config.Subjects[0]}, testutil.Logger(t), 0)
+	s, err := natssink.New(natssink.Options{URL: url, Subject: st.CachedInfo().Config.Subjects[0], Logger: testutil.Logger(t)})
 	if err != nil {
 		t.Fatalf("new sink: %v", err)
 	}
@@ -235,19 +234,18 @@ func TestSink_CloseLeavesNoGoroutines(t *testing.T) {
 func TestNew_Config(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		cfg  *config.NATSSink
+		cfg  natssink.Options
 		want string
 	}{
-		{"nil", nil, "no config"},
-		{"no url", &config.NATSSink{Subject: "a"}, "url is required"},
-		{"no subject", &config.NATSSink{URL: "nats://127.0.0.1:1"}, "subject is required"},
-		{"password without user", &config.NATSSink{URL: "nats://127.0.0.1:1", Subject: "a", Password: "p"}, "without user"},
-		{"two methods", &config.NATSSink{URL: "nats://127.0.0.1:1", Subject: "a", User: "u", Token: "t"}, "at most one"},
-		{"missing nkey file", &config.NATSSink{URL: "nats://127.0.0.1:1", Subject: "a", NKeyFile: "/nonexistent/seed.nk"}, "nkey_file"},
-		{"missing creds file", &config.NATSSink{URL: "nats://127.0.0.1:1", Subject: "a", CredsFile: "/nonexistent/user.creds"}, "creds_file"},
+		{"no url", natssink.Options{Subject: "a"}, "url is required"},
+		{"no subject", natssink.Options{URL: "nats://127.0.0.1:1"}, "subject is required"},
+		{"password without user", natssink.Options{URL: "nats://127.0.0.1:1", Subject: "a", Password: "p"}, "without user"},
+		{"two methods", natssink.Options{URL: "nats://127.0.0.1:1", Subject: "a", User: "u", Token: "t"}, "at most one"},
+		{"missing nkey file", natssink.Options{URL: "nats://127.0.0.1:1", Subject: "a", NKeyFile: "/nonexistent/seed.nk"}, "nkey_file"},
+		{"missing creds file", natssink.Options{URL: "nats://127.0.0.1:1", Subject: "a", CredsFile: "/nonexistent/user.creds"}, "creds_file"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s, err := natssink.New(c.cfg, nil, 0)
+			s, err := natssink.New(c.cfg)
 			if err == nil {
 				_ = s.Close()
 				t.Fatal("New accepted the config")

@@ -45,12 +45,11 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/sink"
 )
 
 const (
-	// defaultTimeout bounds one attempt when timeout_ms is unset: the dial,
+	// defaultTimeout bounds one attempt when Options.Timeout is 0: the dial,
 	// the publish and the wait for the confirm together.
 	defaultTimeout = 5 * time.Second
 	// maxInFlight caps concurrent publishes, and so open channels, per sink.
@@ -62,7 +61,7 @@ var _ sink.Sink = (*Sink)(nil)
 
 // Sink publishes to one exchange with one routing key.
 type Sink struct {
-	cfg     config.RabbitMQSink
+	cfg     Options
 	log     *slog.Logger
 	addr    string // host:port and vhost, never the credentials
 	op      string // prefix of every error: names the exchange and routing key
@@ -82,11 +81,31 @@ type Sink struct {
 	idle   []*pubCh // REQUIRES: mu held; open channels with nothing in flight
 }
 
-// New builds the sink. It does not dial: the first Deliver does.
-func New(cfg *config.RabbitMQSink, log *slog.Logger) (*Sink, error) {
-	if cfg == nil {
-		return nil, errors.New("rabbitmq sink: no config")
-	}
+// Options configures New. config validates the operator's settings; New
+// checks only what it cannot work without.
+type Options struct {
+	// URL is amqp:// or amqps://, with the credentials. Required.
+	URL string
+	// Exchange is the existing exchange published to; "" is the default
+	// exchange.
+	Exchange string
+	// RoutingKey routes every message. Required by config.
+	RoutingKey string
+	// Timeout bounds one attempt (dial, publish and confirm) on top of the
+	// caller's ctx; 0 means 5s, negative is refused.
+	Timeout time.Duration
+	// DropHeaders are the request headers left out of the message (any
+	// case); nil means sink.DefaultDropHeaders, an empty list drops none.
+	DropHeaders []string
+	// Logger receives connection events. Nil discards.
+	Logger *slog.Logger
+}
+
+// New builds the sink. It does not dial: the first Deliver does. It fails
+// only on options it cannot use (a URL that does not parse, a negative
+// Timeout), with an error that never holds the URL's password.
+func New(cfg Options) (*Sink, error) {
+	log := cfg.Logger
 	uri, err := amqp.ParseURI(cfg.URL)
 	if err != nil {
 		// url.Error repeats the URL, password included: keep only the cause.
@@ -96,22 +115,22 @@ func New(cfg *config.RabbitMQSink, log *slog.Logger) (*Sink, error) {
 		}
 		return nil, fmt.Errorf("rabbitmq sink: url: %v", err)
 	}
-	if cfg.TimeoutMs < 0 {
-		return nil, fmt.Errorf("rabbitmq sink: timeout_ms %d is negative", cfg.TimeoutMs)
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("rabbitmq sink: timeout %s is negative", cfg.Timeout)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Sink{
-		cfg:     *cfg,
+		cfg:     cfg,
 		addr:    fmt.Sprintf("%s vhost %q", net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port)), uri.Vhost),
 		op:      fmt.Sprintf("rabbitmq publish to exchange %q routing key %q", cfg.Exchange, cfg.RoutingKey),
 		timeout: defaultTimeout,
 		drop:    sink.NewHeaderFilter(cfg.DropHeaders),
 		slots:   make(chan struct{}, maxInFlight),
 	}
-	if cfg.TimeoutMs > 0 {
-		s.timeout = time.Duration(cfg.TimeoutMs) * time.Millisecond
+	if cfg.Timeout > 0 {
+		s.timeout = cfg.Timeout
 	}
 	s.log = log.With("component", "sink.rabbitmq", "addr", s.addr, "exchange", cfg.Exchange, "routing_key", cfg.RoutingKey)
 	return s, nil

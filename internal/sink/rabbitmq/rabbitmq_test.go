@@ -20,10 +20,9 @@ import (
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/hook"
 	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/sink/rabbitmq"
-	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
 
@@ -121,8 +120,7 @@ func (b *broker) empty(queue string) {
 
 func newSink(t *testing.T, url, exchange, key string) *rabbitmq.Sink {
 	t.Helper()
-	s, err := rabbitmq.New(&config.RabbitMQSink{URL: url, Exchange: exchange, RoutingKey: key, TimeoutMs: 10_000},
-		testutil.Logger(t))
+	s, err := rabbitmq.New(rabbitmq.Options{URL: url, Exchange: exchange, RoutingKey: key, Timeout: 10_000 * time.Millisecond, Logger: testutil.Logger(t)})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -143,7 +141,7 @@ func message(body string) *sink.Message {
 		Source:      "github",
 		ReceivedAt:  time.Date(2026, 3, 4, 5, 6, 7, 890_000_000, time.UTC),
 		ContentType: "application/json",
-		Headers:     []store.Header{{Name: "x-github-event", Value: "push"}},
+		Headers:     []hook.Header{{Name: "x-github-event", Value: "push"}},
 		Body:        b,
 		SHA256:      sha256.Sum256(b),
 		Attempt:     1,
@@ -523,7 +521,7 @@ func TestSink_CloseLeavesNoGoroutines(t *testing.T) {
 	b.queue(q, ex, key)
 	before := runtime.NumGoroutine()
 
-	s, err := rabbitmq.New(&config.RabbitMQSink{URL: brokerURL, Exchange: ex, RoutingKey: key}, testutil.Logger(t))
+	s, err := rabbitmq.New(rabbitmq.Options{URL: brokerURL, Exchange: ex, RoutingKey: key, Logger: testutil.Logger(t)})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -553,7 +551,7 @@ func TestSink_CloseLeavesNoGoroutines(t *testing.T) {
 }
 
 func TestSink_Close(t *testing.T) {
-	s, err := rabbitmq.New(&config.RabbitMQSink{URL: "amqp://guest:guest@127.0.0.1:1/", RoutingKey: "k"}, nil)
+	s, err := rabbitmq.New(rabbitmq.Options{URL: "amqp://guest:guest@127.0.0.1:1/", RoutingKey: "k"})
 	if err != nil {
 		t.Fatalf("New must not dial: %v", err)
 	}
@@ -569,7 +567,7 @@ func TestSink_Close(t *testing.T) {
 }
 
 func TestNew_InvalidURL(t *testing.T) {
-	_, err := rabbitmq.New(&config.RabbitMQSink{URL: "amqp://user:s3cret@host:notaport/", RoutingKey: "k"}, nil)
+	_, err := rabbitmq.New(rabbitmq.Options{URL: "amqp://user:s3cret@host:notaport/", RoutingKey: "k"})
 	if err == nil {
 		t.Fatal("New accepted an invalid URL")
 	}
@@ -709,13 +707,12 @@ func TestSink_DropHeaders(t *testing.T) {
 		drop     []string
 		wantAuth bool
 	}{{nil, false}, {[]string{}, true}} {
-		s, err := rabbitmq.New(&config.RabbitMQSink{URL: brokerURL, Exchange: ex, RoutingKey: key, TimeoutMs: 10_000, DropHeaders: c.drop},
-			testutil.Logger(t))
+		s, err := rabbitmq.New(rabbitmq.Options{URL: brokerURL, Exchange: ex, RoutingKey: key, Timeout: 10_000 * time.Millisecond, DropHeaders: c.drop, Logger: testutil.Logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		m := message(`{"a":1}`)
-		m.Headers = append(m.Headers, store.Header{Name: "authorization", Value: "Bearer provider-token"})
+		m.Headers = append(m.Headers, hook.Header{Name: "authorization", Value: "Bearer provider-token"})
 		err = deliver(t, s, m)
 		_ = s.Close()
 		if err != nil {
