@@ -76,14 +76,12 @@ func (d *Dispatcher) record(rs []result) {
 		}
 		dl := c.delivery
 		dl.Attempts++
-		_ = b.Delete(store.InflightKey(c.seq, c.num), nil)
 		br := d.breaker(c.num)
 		if r.err == nil {
 			br.success()
 			// NextAtMs of a finished row is when it finished (history.go
 			// invariant 1).
-			dl.State, dl.NextAtMs, dl.LastError = store.StateDelivered, nowMs, ""
-			_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
+			b.Delivered(c.seq, c.num, &dl, nowMs)
 			d.logAttempt(b, c, &dl, "delivered", r, nowMs)
 			delivered = append(delivered, c.seq)
 			done[rowRef{c.seq, c.num}] = dl.Attempts
@@ -100,14 +98,12 @@ func (d *Dispatcher) record(rs []result) {
 		}
 		dl.LastError = truncate(r.err.Error(), maxErrorLen)
 		if permanent || int(dl.Attempts) >= d.o.Retry.MaxAttempts {
-			dl.State, dl.NextAtMs = store.StateDead, nowMs
 			d.logAttempt(b, c, &dl, "dead", r, nowMs)
 			reason := dl.LastError
 			if !permanent {
 				reason = "attempts exhausted: " + reason
 			}
-			_ = b.Set(store.DeadKey(nowMs, c.seq, c.num), []byte(reason), nil)
-			_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
+			b.Dead(c.seq, c.num, &dl, nowMs, reason)
 			dead++
 			outs = append(outs, outcome{dl.SinkID, "dead", r.dur})
 			continue
@@ -117,10 +113,8 @@ func (d *Dispatcher) record(rs []result) {
 		delay := d.o.Retry.Delay(max(int(dl.Attempts), 1), d.o.Jitter(), retryAfter)
 		next := (now.Add(delay).UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 		d.logAttempt(b, c, &dl, "retry", r, nowMs)
-		dl.State, dl.NextAtMs = store.StateDue, next
-		_ = b.Set(store.DueKey(next, c.seq, c.num), nil, nil)
+		b.Retry(c.seq, c.num, &dl, next)
 		d.noteDue(next)
-		_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
 		outs = append(outs, outcome{dl.SinkID, "retry", r.dur})
 	}
 	hooks, rows, kept, keptBytes := d.reclaim(b, nowMs, delivered, done)
@@ -172,16 +166,15 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, seqs []uint64, done ma
 			continue
 		}
 		seen[seq] = true
-		var keys [][]byte
+		n := 0
 		all := true
 		// The retained row's time is the newest NextAtMs of the hook's rows
 		// (history.go invariant 1), which is not nowMs when the clock
 		// stepped back since an earlier sink's delivery.
 		deliveredAt := nowMs
-		p := store.DeliveryPrefix(seq)
-		err := d.st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool {
-			if s, num, ok := store.ParseSeqSinkKey(k); ok && done[rowRef{s, num}] > 0 {
-				keys = append(keys, append([]byte(nil), k...))
+		err := d.st.ScanDeliveries(seq, func(num uint16, v []byte) bool {
+			if done[rowRef{seq, num}] > 0 {
+				n++
 				return true
 			}
 			dl, err := store.DecodeDelivery(v)
@@ -190,14 +183,14 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, seqs []uint64, done ma
 				return false
 			}
 			deliveredAt = max(deliveredAt, dl.NextAtMs)
-			keys = append(keys, append([]byte(nil), k...))
+			n++
 			return true
 		})
-		if err != nil || !all || len(keys) == 0 {
+		if err != nil || !all || n == 0 {
 			continue
 		}
 		if d.o.Retention > 0 {
-			if hv, err := d.st.Get(store.HookKey(seq)); err == nil && hv != nil {
+			if hv, err := d.st.ReadHook(seq); err == nil && hv != nil {
 				if env, err := store.DecodeEnvelope(hv); err == nil {
 					d.keep(b, seq, deliveredAt, len(env.Body))
 					kept++
@@ -207,39 +200,37 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, seqs []uint64, done ma
 			continue
 		}
 		// The attempt rows this batch writes are not in the store yet.
-		var extra [][]byte
-		for ref, n := range done {
+		var extra []store.AttemptRef
+		for ref, an := range done {
 			if ref.seq == seq {
-				extra = append(extra, store.AttemptKey(seq, ref.num, n))
+				extra = append(extra, store.AttemptRef{Seq: seq, Sink: ref.num, N: an})
 			}
 		}
-		if d.deleteHook(b, seq, extra) {
+		if _, ok := d.deleteHook(b, seq, extra); ok {
 			hooks++
-			rows += len(keys)
+			rows += n
 		}
 	}
 	return hooks, rows, kept, keptBytes
 }
 
 // deleteHook adds to b the deletes of every row of hook seq
-// (store.HookRowKeys) and of extra; false when the hook cannot be read.
-func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64, extra [][]byte) bool {
-	hv, err := d.st.Get(store.HookKey(seq))
+// (store.HookRows) and of extra, and returns how many delivery rows that
+// removes; false when the hook cannot be read.
+func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64, extra []store.AttemptRef) (int, bool) {
+	hv, err := d.st.ReadHook(seq)
 	if err != nil || hv == nil {
-		return false
+		return 0, false
 	}
 	env, err := store.DecodeEnvelope(hv)
 	if err != nil {
-		return false
+		return 0, false
 	}
-	keys, err := d.st.HookRowKeys(env)
+	hr, err := d.st.HookRows(env)
 	if err != nil {
-		return false
+		return 0, false
 	}
-	for _, k := range append(keys, extra...) {
-		_ = b.Delete(k, nil)
-	}
-	return true
+	return b.DeleteHook(hr, extra...), true
 }
 
 // sweepDelivered removes, at boot, every hook whose delivery rows are all
@@ -251,24 +242,22 @@ func (d *Dispatcher) sweepDelivered() error {
 	defer b.Close()
 	hooks, rows := 0, 0
 	var cur uint64
-	var keys [][]byte
+	n := 0
 	all, have := true, false
 	var newest int64 // the newest NextAtMs of cur's rows: its retained row's time
 	flush := func() {
-		if have && all && len(keys) > 0 && d.retained(cur, newest) {
+		if have && all && n > 0 && d.retained(cur, newest) {
 			all = false // kept by retention.delivered (history.go)
 		}
-		if have && all && len(keys) > 0 && d.deleteHook(b, cur, nil) {
-			hooks++
-			rows += len(keys)
+		if have && all && n > 0 {
+			if _, ok := d.deleteHook(b, cur, nil); ok {
+				hooks++
+				rows += n
+			}
 		}
-		keys, all, have, newest = keys[:0], true, false, 0
+		n, all, have, newest = 0, true, false, 0
 	}
-	err := d.st.Scan([]byte{store.PrefixDelivery}, []byte{store.PrefixDelivery + 1}, func(k, v []byte) bool {
-		seq, _, ok := store.ParseSeqSinkKey(k)
-		if !ok {
-			return true
-		}
+	err := d.st.ScanAllDeliveries(func(seq uint64, _ uint16, v []byte) bool {
 		if !have || seq != cur {
 			flush()
 			cur, have = seq, true
@@ -279,7 +268,7 @@ func (d *Dispatcher) sweepDelivered() error {
 			return true
 		}
 		newest = max(newest, dl.NextAtMs)
-		keys = append(keys, append([]byte(nil), k...))
+		n++
 		return true
 	})
 	if err != nil {
@@ -301,8 +290,8 @@ func (d *Dispatcher) sweepDelivered() error {
 
 // retained reports whether hook seq has its retained row at deliveredAtMs.
 func (d *Dispatcher) retained(seq uint64, deliveredAtMs int64) bool {
-	v, err := d.st.Get(store.RetainedKey(deliveredAtMs, seq))
-	return err != nil || v != nil // unreadable: keep it, never guess a delete
+	_, ok, err := d.st.ReadRetained(deliveredAtMs, seq)
+	return err != nil || ok // unreadable: keep it, never guess a delete
 }
 
 func truncate(s string, n int) string {
