@@ -155,10 +155,13 @@ type claimed struct {
 }
 
 type result struct {
-	c   claimed
-	id  [16]byte
-	err error
-	dur time.Duration
+	c claimed
+	// hook names the hook's rows, from the envelope the attempt read (zero
+	// when the attempt never read it): a fully delivered hook is removed
+	// from it without reading the hook again.
+	hook store.HookRef
+	err  error
+	dur  time.Duration
 }
 
 // Dispatcher is the delivery stage of one store.

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/ankusa/ankusa/internal/sink"
@@ -59,10 +60,9 @@ func (d *Dispatcher) record(rs []result) {
 		dur            time.Duration
 	}
 	outs := make([]outcome, 0, len(rs))
-	var delivered []uint64
-	// done: rows this batch marks delivered (with the number of the attempt
-	// logged for them), not yet visible in the store.
-	done := map[rowRef]uint32{}
+	var delivered []result
+	// done: rows this batch marks delivered, not yet visible in the store.
+	done := map[rowRef]*store.Delivery{}
 	dead := 0
 	for _, r := range rs {
 		c := r.c
@@ -82,9 +82,11 @@ func (d *Dispatcher) record(rs []result) {
 			// NextAtMs of a finished row is when it finished (history.go
 			// invariant 1).
 			b.Delivered(c.seq, c.num, &dl, nowMs)
-			d.logAttempt(b, c, &dl, "delivered", r, nowMs)
-			delivered = append(delivered, c.seq)
-			done[rowRef{c.seq, c.num}] = dl.Attempts
+			// Its attempt row is logged after reclaim, unless the hook goes
+			// in this batch.
+			r.c.delivery = dl
+			delivered = append(delivered, r)
+			done[rowRef{c.seq, c.num}] = &r.c.delivery
 			outs = append(outs, outcome{dl.SinkID, "delivered", r.dur})
 			continue
 		}
@@ -117,7 +119,12 @@ func (d *Dispatcher) record(rs []result) {
 		d.noteDue(next)
 		outs = append(outs, outcome{dl.SinkID, "retry", r.dur})
 	}
-	hooks, rows, kept, keptBytes := d.reclaim(b, nowMs, delivered, done)
+	hooks, rows, kept, keptBytes, removed := d.reclaim(b, nowMs, delivered, done)
+	for _, r := range delivered {
+		if !removed[r.c.seq] {
+			d.logAttempt(b, r.c, &r.c.delivery, "delivered", r, nowMs)
+		}
+	}
 	if err := d.st.Apply(b); err != nil {
 		// The rows stay inflight in the store and the attempts are kept, to
 		// be recorded again at the next loop turn: a row left inflight is
@@ -153,71 +160,98 @@ type rowRef struct {
 	num uint16
 }
 
-// reclaim adds to b, for the hooks among seqs whose every delivery row is
-// delivered (in the store, or by b itself: done), either their retained
-// row (Retention > 0: history.go keeps them until the sweep) or the deletes
-// of every row of the hook. Dedupe rows stay until their TTL so that a
-// provider's late retry is still absorbed. A hook it cannot read is left
-// for the boot sweep.
-func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, seqs []uint64, done map[rowRef]uint32) (hooks, rows, kept int, keptBytes int64) {
-	seen := map[uint64]bool{}
-	for _, seq := range seqs {
-		if seen[seq] {
-			continue
+// reclaim adds to b, for the hooks of the delivered results whose every
+// delivery row is delivered (in the store, or by b itself: done), either
+// their retained row (Retention > 0: history.go keeps them until the
+// sweep) or the deletes of every row of the hook; removed lists the hooks
+// deleted. It reads the delivery rows of all of them with one iterator and
+// deletes a hook from what the result knows (its id, tenant, source, the
+// attempt counts), without reading it — unless a delivery was revived or
+// resent (its attempt rows are not 1..Attempts then; store.Batch.
+// DeleteDeliveredHook), which reads the hook's rows. Dedupe rows stay
+// until their TTL so that a provider's late retry is still absorbed. A
+// hook it cannot read is left for the boot sweep.
+func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, done map[rowRef]*store.Delivery) (hooks, rows, kept int, keptBytes int64, removed map[uint64]bool) {
+	type hookState struct {
+		ref  store.HookRef
+		size int64
+		all  bool
+		// plain: no delivery of it was revived or resent.
+		plain bool
+		// deliveredAt is the retained row's time: the newest NextAtMs of
+		// the hook's rows (history.go invariant 1), which is not nowMs when
+		// the clock stepped back since an earlier sink's delivery.
+		deliveredAt int64
+		sinks       []store.SinkAttempts
+		// want and seen count the rows this batch delivers, and those of
+		// them the scan found: a row it did not find is not one to
+		// delete.
+		want, seen int
+	}
+	hs := make(map[uint64]*hookState, len(delivered))
+	seqs := make([]uint64, 0, len(delivered))
+	for _, r := range delivered {
+		if hs[r.c.seq] == nil {
+			hs[r.c.seq] = &hookState{ref: r.hook, size: int64(r.c.delivery.Size), all: true, plain: true, deliveredAt: nowMs}
+			seqs = append(seqs, r.c.seq)
 		}
-		seen[seq] = true
-		n := 0
-		all := true
-		// The retained row's time is the newest NextAtMs of the hook's rows
-		// (history.go invariant 1), which is not nowMs when the clock
-		// stepped back since an earlier sink's delivery.
-		deliveredAt := nowMs
-		err := d.st.ScanDeliveries(seq, func(num uint16, v []byte) bool {
-			if done[rowRef{seq, num}] > 0 {
-				n++
-				return true
-			}
-			dl, err := store.DecodeDelivery(v)
-			if err != nil || dl.State != store.StateDelivered {
-				all = false
+		hs[r.c.seq].want++
+	}
+	slices.Sort(seqs)
+	err := d.st.ScanDeliveriesOf(seqs, func(seq uint64, num uint16, v []byte) bool {
+		h := hs[seq]
+		dl := done[rowRef{seq, num}]
+		if dl == nil {
+			var err error
+			if dl, err = store.DecodeDelivery(v); err != nil || dl.State != store.StateDelivered {
+				h.all = false
 				return false
 			}
-			deliveredAt = max(deliveredAt, dl.NextAtMs)
-			n++
-			return true
-		})
-		if err != nil || !all || n == 0 {
+			h.deliveredAt = max(h.deliveredAt, dl.NextAtMs)
+		} else {
+			h.seen++
+		}
+		h.plain = h.plain && dl.ReplayID == ""
+		h.sinks = append(h.sinks, store.SinkAttempts{Sink: num, Attempts: dl.Attempts})
+		return true
+	})
+	if err != nil {
+		d.log.Warn("reclaim: read delivery rows; the hooks are reclaimed by the boot sweep", "hooks", len(seqs), "err", err)
+		return 0, 0, 0, 0, nil
+	}
+	removed = map[uint64]bool{}
+	for _, seq := range seqs {
+		h := hs[seq]
+		if !h.all || h.seen != h.want {
 			continue
 		}
 		if d.o.Retention > 0 {
-			if hv, err := d.st.ReadHook(seq); err == nil && hv != nil {
-				if env, err := store.DecodeEnvelope(hv); err == nil {
-					d.keep(b, seq, deliveredAt, len(env.Body))
-					kept++
-					keptBytes += int64(len(env.Body))
-				}
-			}
+			d.keep(b, seq, h.deliveredAt, int(h.size))
+			kept++
+			keptBytes += h.size
 			continue
 		}
-		// The attempt rows this batch writes are not in the store yet.
-		var extra []store.AttemptRef
-		for ref, an := range done {
-			if ref.seq == seq {
-				extra = append(extra, store.AttemptRef{Seq: seq, Sink: ref.num, N: an})
-			}
+		if h.plain && h.ref.Seq == seq {
+			rows += b.DeleteDeliveredHook(h.ref, h.sinks)
+			hooks++
+			removed[seq] = true
+			continue
 		}
-		if _, ok := d.deleteHook(b, seq, extra); ok {
+		// The attempt rows of this batch are not written for a hook it
+		// removes, so the store's rows are all there are.
+		if n, ok := d.deleteHook(b, seq); ok {
 			hooks++
 			rows += n
+			removed[seq] = true
 		}
 	}
-	return hooks, rows, kept, keptBytes
+	return hooks, rows, kept, keptBytes, removed
 }
 
 // deleteHook adds to b the deletes of every row of hook seq
-// (store.HookRows) and of extra, and returns how many delivery rows that
-// removes; false when the hook cannot be read.
-func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64, extra []store.AttemptRef) (int, bool) {
+// (store.HookRows), and returns how many delivery rows that removes; false
+// when the hook cannot be read.
+func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64) (int, bool) {
 	hv, err := d.st.ReadHook(seq)
 	if err != nil || hv == nil {
 		return 0, false
@@ -230,7 +264,7 @@ func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64, extra []store.Attemp
 	if err != nil {
 		return 0, false
 	}
-	return b.DeleteHook(hr, extra...), true
+	return b.DeleteHook(hr), true
 }
 
 // sweepDelivered removes, at boot, every hook whose delivery rows are all
@@ -250,7 +284,7 @@ func (d *Dispatcher) sweepDelivered() error {
 			all = false // kept by retention.delivered (history.go)
 		}
 		if have && all && n > 0 {
-			if _, ok := d.deleteHook(b, cur, nil); ok {
+			if _, ok := d.deleteHook(b, cur); ok {
 				hooks++
 				rows += n
 			}

@@ -253,28 +253,29 @@ func (d *Dispatcher) attempt(ctx context.Context, c claimed) {
 	}
 	defer func() { <-d.sem }()
 	start := d.o.Now()
-	id, err := d.deliverOne(ctx, c)
-	d.results <- result{c: c, id: id, err: err, dur: d.o.Now().Sub(start)}
+	hook, err := d.deliverOne(ctx, c)
+	d.results <- result{c: c, hook: hook, err: err, dur: d.o.Now().Sub(start)}
 }
 
 var errNoTarget = errors.New("sink is no longer configured")
 
-func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) ([16]byte, error) {
+func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) (store.HookRef, error) {
 	t, ok := d.target(c.num)
 	if !ok {
-		return [16]byte{}, sink.Permanent(fmt.Errorf("%w (sink number %d, id %q)", errNoTarget, c.num, c.delivery.SinkID))
+		return store.HookRef{}, sink.Permanent(fmt.Errorf("%w (sink number %d, id %q)", errNoTarget, c.num, c.delivery.SinkID))
 	}
 	v, err := d.st.ReadHook(c.seq)
 	if err != nil {
-		return [16]byte{}, fmt.Errorf("read hook %d: %w", c.seq, err)
+		return store.HookRef{}, fmt.Errorf("read hook %d: %w", c.seq, err)
 	}
 	if v == nil {
-		return [16]byte{}, sink.Permanent(fmt.Errorf("hook %d is missing from the store", c.seq))
+		return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d is missing from the store", c.seq))
 	}
 	env, err := store.DecodeEnvelope(v)
 	if err != nil {
-		return [16]byte{}, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))
+		return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))
 	}
+	ref := store.HookRef{Seq: c.seq, ID: env.ID, Tenant: env.Tenant, Source: env.Source}
 	m := &sink.Message{
 		ID: uuid.UUID(env.ID), Seq: env.Seq, Tenant: env.Tenant, Source: env.Source,
 		ReceivedAt: time.Unix(0, env.ReceivedAt), ContentType: env.ContentType,
@@ -288,7 +289,7 @@ func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) ([16]byte, error
 	if err != nil && actx.Err() != nil && ctx.Err() == nil {
 		err = fmt.Errorf("attempt timed out after %s: %w", d.o.AttemptTimeout, err)
 	}
-	return env.ID, err
+	return ref, err
 }
 
 func isCancel(err error) bool { return errors.Is(err, context.Canceled) }

@@ -20,6 +20,8 @@ package store
 
 import (
 	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // Claim moves a delivery due at dueAtMs to in flight until leaseUntilMs.
@@ -131,24 +133,13 @@ func (b *Batch) PutJob(id string, v []byte) {
 	_ = b.Set(JobKey(id), v, nil)
 }
 
-// DeleteHook removes every row of a hook: rows as HookRows read it, plus
-// the attempt rows extra names that the same batch writes (they are not in
-// the store yet). Returns how many delivery rows it removed.
-func (b *Batch) DeleteHook(rows *HookRows, extra ...AttemptRef) int {
+// DeleteHook removes every row of a hook as HookRows read them. Returns
+// how many delivery rows it removed.
+func (b *Batch) DeleteHook(rows *HookRows) int {
 	for _, k := range rows.keys {
 		_ = b.Delete(k, nil)
 	}
-	for _, a := range extra {
-		_ = b.Delete(AttemptKey(a.Seq, a.Sink, a.N), nil)
-	}
 	return rows.deliveries
-}
-
-// AttemptRef names one attempt row.
-type AttemptRef struct {
-	Seq  uint64
-	Sink uint16
-	N    uint32
 }
 
 // HookRows is every row of one hook but its retained row and dedupe rows,
@@ -402,4 +393,89 @@ func (s *Store) ReadRetained(atMs int64, seq uint64) (r RetainedRow, ok bool, er
 // ScanJobs calls fn with every replay job's JSON until fn returns false.
 func (s *Store) ScanJobs(fn func(v []byte) bool) error {
 	return s.Scan([]byte{PrefixJob}, []byte{PrefixJob + 1}, func(_, v []byte) bool { return fn(v) })
+}
+
+// HookRef is what a hook's rows are keyed on: enough to delete them all
+// without reading the hook (DeleteDeliveredHook).
+type HookRef struct {
+	Seq            uint64
+	ID             [16]byte
+	Tenant, Source string
+}
+
+// SinkAttempts is one delivery row of a hook and how many attempts it
+// logged: its attempt rows are n = 1..Attempts.
+type SinkAttempts struct {
+	Sink     uint16
+	Attempts uint32
+}
+
+// DeleteDeliveredHook removes every row of hook ref but its dedupe rows,
+// from what the caller knows, without a read: the hook, its id index, its
+// listing indexes, the delivery rows of sinks and their attempt rows
+// 1..Attempts. The caller vouches that sinks are all the hook's delivery
+// rows and that no delivery's attempt count was ever reset (a delivery
+// never revived or resent, whose ReplayID is empty: Revive restarts the
+// count, so older attempt rows lie above it). Returns how many delivery
+// rows it removed.
+func (b *Batch) DeleteDeliveredHook(ref HookRef, sinks []SinkAttempts) int {
+	_ = b.Delete(HookKey(ref.Seq), nil)
+	_ = b.Delete(HookIDKey(ref.ID), nil)
+	for _, k := range HookIndexKeys(ref.Tenant, ref.Source, ref.Seq) {
+		_ = b.Delete(k, nil)
+	}
+	for _, sa := range sinks {
+		_ = b.Delete(DeliveryKey(ref.Seq, sa.Sink), nil)
+		for n := uint32(1); n <= sa.Attempts; n++ {
+			_ = b.Delete(AttemptKey(ref.Seq, sa.Sink, n), nil)
+		}
+	}
+	return len(sinks)
+}
+
+// ScanDeliveriesOf calls fn for every delivery row of each hook in seqs
+// (ascending), by seq then sink, with one iterator for them all: the
+// dispatcher reads the rows of every hook an outcome batch touches, and an
+// iterator per hook cost more than the rows (each opens the levels anew).
+// fn returning false skips the rest of that hook's rows.
+func (s *Store) ScanDeliveriesOf(seqs []uint64, fn func(seq uint64, sink uint16, v []byte) bool) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil {
+		return ErrClosed
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: DeliveryPrefix(seqs[0]),
+		UpperBound: PrefixEnd(DeliveryPrefix(seqs[len(seqs)-1])),
+	})
+	if err != nil {
+		return fmt.Errorf("scan deliveries: %w", err)
+	}
+	for _, seq := range seqs {
+		p := DeliveryPrefix(seq)
+		// Ascending seeks: Pebble moves on from where the last one ended.
+		for ok := it.SeekGE(p); ok && it.Valid(); ok = it.Next() {
+			k := it.Key()
+			got, sink, kok := ParseSeqSinkKey(k)
+			if !kok || got != seq {
+				break
+			}
+			v, err := it.ValueAndErr()
+			if err != nil {
+				_ = it.Close()
+				return fmt.Errorf("scan deliveries value: %w", err)
+			}
+			if !fn(seq, sink, v) {
+				break
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		_ = it.Close()
+		return fmt.Errorf("scan deliveries: %w", err)
+	}
+	return it.Close()
 }
