@@ -119,36 +119,34 @@ func (d *Dispatcher) archivePass(ctx context.Context) (more bool, err error) {
 // archived builds the archive record of victim v; ok is false when its
 // hook is gone or unreadable (the retained row is then just dropped).
 func (d *Dispatcher) archived(v victim) (archive.Hook, bool, error) {
-	hv, err := d.st.Get(store.HookKey(v.seq))
+	hv, err := d.st.ReadHook(v.Seq)
 	if err != nil {
-		return archive.Hook{}, false, fmt.Errorf("read hook %d: %w", v.seq, err)
+		return archive.Hook{}, false, fmt.Errorf("read hook %d: %w", v.Seq, err)
 	}
 	if hv == nil {
 		return archive.Hook{}, false, nil
 	}
 	env, err := store.DecodeEnvelope(hv)
 	if err != nil {
-		d.log.Error("archive: corrupt hook is not archived", "seq", v.seq, "err", err)
+		d.log.Error("archive: corrupt hook is not archived", "seq", v.Seq, "err", err)
 		return archive.Hook{}, false, nil
 	}
 	sinks := map[uint16]string{}
-	p := store.DeliveryPrefix(v.seq)
-	err = d.st.Scan(p, store.PrefixEnd(p), func(k, val []byte) bool {
-		_, num, _ := store.ParseSeqSinkKey(k)
+	err = d.st.ScanDeliveries(v.Seq, func(num uint16, val []byte) bool {
 		if dl, derr := store.DecodeDelivery(val); derr == nil {
 			sinks[num] = dl.SinkID
 		}
 		return true
 	})
 	if err != nil {
-		return archive.Hook{}, false, fmt.Errorf("read deliveries of %d: %w", v.seq, err)
+		return archive.Hook{}, false, fmt.Errorf("read deliveries of %d: %w", v.Seq, err)
 	}
-	log, err := Attempts(d.st, v.seq, sinks)
+	log, err := Attempts(d.st, v.Seq, sinks)
 	if err != nil {
-		return archive.Hook{}, false, fmt.Errorf("read attempts of %d: %w", v.seq, err)
+		return archive.Hook{}, false, fmt.Errorf("read attempts of %d: %w", v.Seq, err)
 	}
-	h := archive.Hook{Seq: v.seq, ID: uuid.UUID(env.ID).String(), Tenant: env.Tenant, Source: env.Source,
-		ReceivedAtNs: env.ReceivedAt, DeliveredAtMs: v.at, Envelope: hv, Attempts: make([]archive.Attempt, 0, len(log))}
+	h := archive.Hook{Seq: v.Seq, ID: uuid.UUID(env.ID).String(), Tenant: env.Tenant, Source: env.Source,
+		ReceivedAtNs: env.ReceivedAt, DeliveredAtMs: v.AtMs, Envelope: hv, Attempts: make([]archive.Attempt, 0, len(log))}
 	for _, a := range log {
 		at, _ := time.Parse(time.RFC3339Nano, a.At)
 		h.Attempts = append(h.Attempts, archive.Attempt{Sink: a.Sink, N: a.N, AtMs: at.UnixMilli(), Result: a.Result,
@@ -250,15 +248,15 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 			skipped++
 			continue
 		}
-		local, err := d.st.Get(store.HookIDKey(env.ID))
+		_, local, err := d.st.HookSeq(env.ID)
 		if err != nil {
 			return
 		}
-		occupied, err := d.st.Get(store.HookKey(env.Seq))
+		occupied, err := d.st.ReadHook(env.Seq)
 		if err != nil {
 			return
 		}
-		if local != nil || occupied != nil || seen[env.ID] {
+		if local || occupied != nil || seen[env.ID] {
 			skipped++ // still in local history: resend it instead
 			continue
 		}

@@ -3,8 +3,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-
-	"github.com/ankusa/ankusa/internal/store"
 )
 
 // DeadLetterDue moves every due row of the sinks numbered in nums to the
@@ -41,8 +39,8 @@ func (d *Dispatcher) deadLetterDue(nums map[uint16]bool, reason string) (int, er
 		num uint16
 	}
 	var due []row
-	err := d.st.Scan([]byte{store.PrefixDue}, []byte{store.PrefixDue + 1}, func(k, _ []byte) bool {
-		if at, seq, num, ok := store.ParseTimedKey(k); ok && nums[num] {
+	err := d.st.ScanDue(0, func(at int64, seq uint64, num uint16) bool {
+		if nums[num] {
 			due = append(due, row{at, seq, num})
 		}
 		return true
@@ -58,21 +56,15 @@ func (d *Dispatcher) deadLetterDue(nums map[uint16]bool, reason string) (int, er
 	defer b.Close()
 	moved := 0
 	for _, r := range due {
-		_ = b.Delete(store.DueKey(r.at, r.seq, r.num), nil)
-		v, err := d.st.Get(store.DeliveryKey(r.seq, r.num))
+		dl, err := d.st.ReadDelivery(r.seq, r.num)
 		if err != nil {
 			return 0, err
 		}
-		if v == nil {
-			continue // a due key without its row: dropped, as the scan would
+		if dl == nil {
+			b.DropDue(r.at, r.seq, r.num) // a due key without its row: dropped, as the scan would
+			continue
 		}
-		dl, err := store.DecodeDelivery(v)
-		if err != nil {
-			return 0, fmt.Errorf("delivery %d/%d: %w", r.seq, r.num, err)
-		}
-		dl.State, dl.NextAtMs, dl.LastError = store.StateDead, 0, reason
-		_ = b.Set(store.DeliveryKey(r.seq, r.num), store.EncodeDelivery(dl), nil)
-		_ = b.Set(store.DeadKey(nowMs, r.seq, r.num), []byte(reason), nil)
+		b.DeadFromDue(r.at, r.seq, r.num, dl, nowMs, reason)
 		moved++
 	}
 	if err := d.st.ApplySync(b); err != nil {

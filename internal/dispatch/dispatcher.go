@@ -155,10 +155,13 @@ type claimed struct {
 }
 
 type result struct {
-	c   claimed
-	id  [16]byte
-	err error
-	dur time.Duration
+	c claimed
+	// hook names the hook's rows, from the envelope the attempt read (zero
+	// when the attempt never read it): a fully delivered hook is removed
+	// from it without reading the hook again.
+	hook store.HookRef
+	err  error
+	dur  time.Duration
 }
 
 // Dispatcher is the delivery stage of one store.
@@ -290,7 +293,7 @@ func (d *Dispatcher) Start() error {
 	if err := d.loadJobs(); err != nil {
 		return err
 	}
-	n, err := d.st.Count([]byte{store.PrefixDead})
+	n, err := d.st.CountDead()
 	if err != nil {
 		return fmt.Errorf("count dead rows: %w", err)
 	}
@@ -429,10 +432,8 @@ func (d *Dispatcher) recoverInflight() error {
 		num uint16
 	}
 	var rows []row
-	err := d.st.Scan([]byte{store.PrefixInflight}, []byte{store.PrefixInflight + 1}, func(k, _ []byte) bool {
-		if seq, num, ok := store.ParseSeqSinkKey(k); ok {
-			rows = append(rows, row{seq, num})
-		}
+	err := d.st.ScanInflight(func(seq uint64, num uint16) bool {
+		rows = append(rows, row{seq, num})
 		return true
 	})
 	if err != nil || len(rows) == 0 {
@@ -442,21 +443,15 @@ func (d *Dispatcher) recoverInflight() error {
 	b := d.st.NewBatch()
 	defer b.Close()
 	for _, r := range rows {
-		v, err := d.st.Get(store.DeliveryKey(r.seq, r.num))
+		dl, err := d.st.ReadDelivery(r.seq, r.num)
 		if err != nil {
 			return err
 		}
-		_ = b.Delete(store.InflightKey(r.seq, r.num), nil)
-		if v == nil {
+		if dl == nil {
+			b.DropInflight(r.seq, r.num)
 			continue
 		}
-		dl, err := store.DecodeDelivery(v)
-		if err != nil {
-			return err
-		}
-		dl.State, dl.NextAtMs = store.StateDue, nowMs
-		_ = b.Set(store.DeliveryKey(r.seq, r.num), store.EncodeDelivery(dl), nil)
-		_ = b.Set(store.DueKey(nowMs, r.seq, r.num), nil, nil)
+		b.Reclaim(r.seq, r.num, dl, nowMs)
 	}
 	if err := d.st.ApplySync(b); err != nil {
 		return fmt.Errorf("return %d inflight rows to due: %w", len(rows), err)

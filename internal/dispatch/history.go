@@ -41,21 +41,20 @@ func (d *Dispatcher) logAttempt(b *store.Batch, c claimed, dl *store.Delivery, r
 	if r.err != nil {
 		a.Error = truncate(r.err.Error(), maxErrorLen)
 	}
-	_ = b.Set(store.AttemptKey(c.seq, c.num, dl.Attempts), store.EncodeAttempt(&a), nil)
+	b.PutAttempt(c.seq, c.num, dl.Attempts, &a)
 }
 
 // keep writes the retained row of a fully delivered hook (invariant 1).
 func (d *Dispatcher) keep(b *store.Batch, seq uint64, deliveredAtMs int64, size int) {
-	_ = b.Set(store.RetainedKey(deliveredAtMs, seq), store.U64(uint64(size)), nil)
+	b.PutRetained(store.RetainedRow{AtMs: deliveredAtMs, Seq: seq, Size: int64(size)})
 }
 
 // loadRetained sums the retained rows at start (invariant 1).
 func (d *Dispatcher) loadRetained() error {
 	var n, bytes int64
-	err := d.st.Scan([]byte{store.PrefixRetained}, []byte{store.PrefixRetained + 1}, func(_, v []byte) bool {
-		sz, _ := store.ParseU64(v)
+	err := d.st.ScanRetained(func(r store.RetainedRow) bool {
 		n++
-		bytes += int64(sz)
+		bytes += r.Size
 		return true
 	})
 	if err != nil {
@@ -67,12 +66,7 @@ func (d *Dispatcher) loadRetained() error {
 }
 
 // victim is a retained hook the sweep removes.
-type victim struct {
-	key  []byte // its retained row
-	at   int64  // delivered_at
-	seq  uint64
-	size int64
-}
+type victim = store.RetainedRow
 
 // pick lists up to sweepBatch retained hooks that invariant 2 says must go,
 // oldest first, stopping once their bodies reach maxBytes (0: no bound; at
@@ -83,22 +77,17 @@ func (d *Dispatcher) pick(maxBytes int64) (vs []victim, more bool, err error) {
 	cutoff := nowMs - d.o.Retention.Milliseconds()
 	over := d.retainedBytes.Load() - d.o.RetentionMaxBytes
 	var total int64
-	err = d.st.Scan([]byte{store.PrefixRetained}, []byte{store.PrefixRetained + 1}, func(k, v []byte) bool {
-		at, seq, ok := store.ParseRetainedKey(k)
-		if !ok {
-			return true
-		}
-		if at > cutoff && over <= 0 {
+	err = d.st.ScanRetained(func(r store.RetainedRow) bool {
+		if r.AtMs > cutoff && over <= 0 {
 			return false // oldest first: nothing after this is due either
 		}
 		if len(vs) == sweepBatch || (maxBytes > 0 && len(vs) > 0 && total >= maxBytes) {
 			more = true
 			return false
 		}
-		sz, _ := store.ParseU64(v)
-		over -= int64(sz)
-		total += int64(sz)
-		vs = append(vs, victim{append([]byte(nil), k...), at, seq, int64(sz)})
+		over -= r.Size
+		total += r.Size
+		vs = append(vs, r)
 		return true
 	})
 	return vs, more, err
@@ -132,48 +121,43 @@ func (d *Dispatcher) remove(vs []victim, recheck bool) error {
 	hooks, rows, bytes := 0, 0, int64(0)
 	for _, v := range vs {
 		if recheck {
-			if rv, err := d.st.Get(v.key); err != nil {
-				return fmt.Errorf("read retained row of %d: %w", v.seq, err)
-			} else if rv == nil {
+			if _, ok, err := d.st.ReadRetained(v.AtMs, v.Seq); err != nil {
+				return fmt.Errorf("read retained row of %d: %w", v.Seq, err)
+			} else if !ok {
 				continue
 			}
 		}
-		_ = b.Delete(v.key, nil)
+		b.DropRetained(v)
 		hooks++
-		bytes += v.size
-		hv, err := d.st.Get(store.HookKey(v.seq))
+		bytes += v.Size
+		hv, err := d.st.ReadHook(v.Seq)
 		if err != nil {
-			return fmt.Errorf("read hook %d: %w", v.seq, err)
+			return fmt.Errorf("read hook %d: %w", v.Seq, err)
 		}
 		if hv == nil {
 			continue // the retained row outlived its hook: drop the row
 		}
 		env, err := store.DecodeEnvelope(hv)
 		if err != nil {
-			d.log.Error("history sweep: corrupt hook; its retained row is dropped, the hook kept", "seq", v.seq, "err", err)
+			d.log.Error("history sweep: corrupt hook; its retained row is dropped, the hook kept", "seq", v.Seq, "err", err)
 			continue
 		}
-		pending, err := d.undelivered(v.seq)
+		pending, err := d.undelivered(v.Seq)
 		if err != nil {
-			return fmt.Errorf("read deliveries of hook %d: %w", v.seq, err)
+			return fmt.Errorf("read deliveries of hook %d: %w", v.Seq, err)
 		}
 		if pending {
 			// Invariant 3 broken somewhere: never remove a hook with a
 			// delivery still to make. Its retained row goes (it is stale);
 			// the hook stays and is retained again once delivered.
-			d.log.Error("history sweep: a retained hook has an undelivered delivery; its retained row is dropped, the hook kept", "seq", v.seq)
+			d.log.Error("history sweep: a retained hook has an undelivered delivery; its retained row is dropped, the hook kept", "seq", v.Seq)
 			continue
 		}
-		keys, err := d.st.HookRowKeys(env)
+		hr, err := d.st.HookRows(env)
 		if err != nil {
-			return fmt.Errorf("read rows of hook %d: %w", v.seq, err)
+			return fmt.Errorf("read rows of hook %d: %w", v.Seq, err)
 		}
-		for _, k := range keys {
-			_ = b.Delete(k, nil)
-			if len(k) > 0 && k[0] == store.PrefixDelivery {
-				rows++
-			}
-		}
+		rows += b.DeleteHook(hr)
 	}
 	if hooks == 0 {
 		return nil
@@ -193,8 +177,7 @@ func (d *Dispatcher) remove(vs []victim, recheck bool) error {
 // delivered (or cannot be read as one).
 func (d *Dispatcher) undelivered(seq uint64) (bool, error) {
 	pending := false
-	p := store.DeliveryPrefix(seq)
-	err := d.st.Scan(p, store.PrefixEnd(p), func(_, v []byte) bool {
+	err := d.st.ScanDeliveries(seq, func(_ uint16, v []byte) bool {
 		if dl, err := store.DecodeDelivery(v); err != nil || dl.State != store.StateDelivered {
 			pending = true
 			return false
@@ -234,18 +217,17 @@ func (d *Dispatcher) Resend(ctx context.Context, id [16]byte, sinkID string) (Re
 }
 
 func (d *Dispatcher) resend(id [16]byte, sinkID string) (ResendResult, error) {
-	v, err := d.st.Get(store.HookIDKey(id))
+	seq, ok, err := d.st.HookSeq(id)
 	if err != nil {
 		return ResendResult{}, err
 	}
-	seq, ok := store.ParseU64(v)
 	if !ok {
 		return ResendResult{}, ErrNoHook
 	}
 	if seq > d.o.Durable() {
 		return ResendResult{}, ErrNotDurable
 	}
-	hv, err := d.st.Get(store.HookKey(seq))
+	hv, err := d.st.ReadHook(seq)
 	if err != nil {
 		return ResendResult{}, err
 	}
@@ -261,10 +243,8 @@ func (d *Dispatcher) resend(id [16]byte, sinkID string) (ResendResult, error) {
 		dl  *store.Delivery
 	}
 	var all, chosen []row
-	p := store.DeliveryPrefix(seq)
 	var decodeErr error
-	err = d.st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool {
-		_, num, _ := store.ParseSeqSinkKey(k)
+	err = d.st.ScanDeliveries(seq, func(num uint16, v []byte) bool {
 		dl, err := store.DecodeDelivery(v)
 		if err != nil {
 			decodeErr = err
@@ -301,75 +281,50 @@ func (d *Dispatcher) resend(id [16]byte, sinkID string) (ResendResult, error) {
 	res := ResendResult{ResendID: "resend-" + uuid.Must(uuid.NewV7()).String()}
 	b := d.st.NewBatch()
 	defer b.Close()
-	var retainedKey []byte
-	var retainedSize int64
+	var dropped store.RetainedRow
+	wasRetained := false
 	if retained {
 		// The hook leaves the retained set until it is delivered again —
 		// also with retention now off: a row an earlier run kept would
 		// otherwise let the sweep remove the hook under its resent delivery.
-		k := store.RetainedKey(retainedAt, seq)
-		rv, err := d.st.Get(k)
+		rr, ok, err := d.st.ReadRetained(retainedAt, seq)
 		if err != nil {
 			return ResendResult{}, err
 		}
-		if rv != nil {
-			sz, _ := store.ParseU64(rv)
-			retainedKey, retainedSize = k, int64(sz)
-			_ = b.Delete(k, nil)
+		if ok {
+			dropped, wasRetained = rr, true
+			b.DropRetained(rr)
 		}
 	}
 	dead := 0
 	for _, r := range chosen {
 		if r.dl.State == store.StateDead {
-			k, err := d.deadKey(seq, r.num, r.dl.NextAtMs)
+			dr, ok, err := d.st.FindDead(seq, r.num, r.dl.NextAtMs)
 			if err != nil {
 				return ResendResult{}, err
 			}
-			if k != nil {
-				_ = b.Delete(k, nil)
+			if ok {
+				b.DropDead(dr)
 				dead++
 			}
 		}
 		dl := *r.dl
-		// Attempts keep counting, so the attempt log keeps every attempt.
-		dl.State, dl.NextAtMs, dl.LastError, dl.ReplayID = store.StateDue, nowMs, "", res.ResendID
-		_ = b.Set(store.DeliveryKey(seq, r.num), store.EncodeDelivery(&dl), nil)
-		_ = b.Set(store.DueKey(nowMs, seq, r.num), nil, nil)
+		b.Resend(seq, r.num, &dl, nowMs, res.ResendID)
 		res.Sinks = append(res.Sinks, dl.SinkID)
 	}
 	// Synced: the operator was told the resend is queued.
 	if err := d.st.ApplySync(b); err != nil {
 		return ResendResult{}, err
 	}
-	if retainedKey != nil {
+	if wasRetained {
 		d.retainedHooks.Add(-1)
-		d.retainedBytes.Add(-retainedSize)
+		d.retainedBytes.Add(-dropped.Size)
 	}
 	d.deadGauge.Add(-int64(dead))
 	d.noteDue(nowMs)
 	d.log.Info("resend queued", "id", uuid.UUID(env.ID).String(), "resend_id", res.ResendID, "sinks", res.Sinks)
 	d.Wake()
 	return res, nil
-}
-
-// deadKey finds the dead row of (seq, num): at deadAtMs when record
-// stamped it, else (rows written before that) by a scan of the DLQ.
-func (d *Dispatcher) deadKey(seq uint64, num uint16, deadAtMs int64) ([]byte, error) {
-	if deadAtMs != 0 {
-		k := store.DeadKey(deadAtMs, seq, num)
-		if v, err := d.st.Get(k); err != nil || v != nil {
-			return k, err
-		}
-	}
-	var found []byte
-	err := d.st.Scan([]byte{store.PrefixDead}, []byte{store.PrefixDead + 1}, func(k, _ []byte) bool {
-		if _, s, n, ok := store.ParseTimedKey(k); ok && s == seq && n == num {
-			found = append([]byte(nil), k...)
-			return false
-		}
-		return true
-	})
-	return found, err
 }
 
 // HookFilter narrows GET /v1/hooks. Empty fields match everything.
@@ -427,12 +382,8 @@ func (d *Dispatcher) Hooks(f HookFilter) (out []HookSummary, next uint64, err er
 	switch {
 	case f.DedupeKey != "" && f.Source != "" && f.Tenant != "":
 		seqs = func(fn func(uint64) bool) error {
-			v, err := d.st.Get(store.DedupeKey(f.Tenant, f.Source, f.DedupeKey))
-			if err != nil || v == nil {
-				return err
-			}
-			e, err := store.DecodeDedupe(v)
-			if err != nil {
+			e, err := d.st.ReadDedupe(f.Tenant, f.Source, f.DedupeKey)
+			if err != nil || e == nil {
 				return err
 			}
 			if f.Before == 0 || e.Seq < f.Before {
@@ -441,37 +392,12 @@ func (d *Dispatcher) Hooks(f HookFilter) (out []HookSummary, next uint64, err er
 			return nil
 		}
 	case f.Source != "" || f.Tenant != "":
-		prefix := store.NameIndexPrefix(store.PrefixSourceIdx, f.Source)
-		if f.Source == "" {
-			prefix = store.NameIndexPrefix(store.PrefixTenantIdx, f.Tenant)
-		}
-		upper := store.PrefixEnd(prefix)
-		if f.Before != 0 {
-			upper = append(append([]byte(nil), prefix...), store.U64(f.Before)...)
-		}
 		seqs = func(fn func(uint64) bool) error {
-			return d.st.ScanReverse(prefix, upper, func(k, _ []byte) bool {
-				seq, ok := store.ParseNameSeqKey(k)
-				return !ok || fn(seq)
-			})
+			return d.st.ScanIndexReverse(f.Source, f.Tenant, f.Before, fn)
 		}
 	default:
-		// Delivery rows are ordered by seq and small: the cheapest way to
-		// walk every hook newest first.
-		upper := []byte{store.PrefixDelivery + 1}
-		if f.Before != 0 {
-			upper = store.DeliveryPrefix(f.Before)
-		}
 		seqs = func(fn func(uint64) bool) error {
-			last := uint64(0)
-			return d.st.ScanReverse([]byte{store.PrefixDelivery}, upper, func(k, _ []byte) bool {
-				seq, _, ok := store.ParseSeqSinkKey(k)
-				if !ok || seq == last {
-					return true
-				}
-				last = seq
-				return fn(seq)
-			})
+			return d.st.ScanHookSeqsReverse(f.Before, fn)
 		}
 	}
 	examined := 0
@@ -513,7 +439,7 @@ func (d *Dispatcher) Hooks(f HookFilter) (out []HookSummary, next uint64, err er
 // summary reads one hook and applies the filters: nil when it does not
 // match; stop when no older hook can match (past since).
 func (d *Dispatcher) summary(seq uint64, f HookFilter) (h *HookSummary, stop bool, err error) {
-	hv, err := d.st.Get(store.HookKey(seq))
+	hv, err := d.st.ReadHook(seq)
 	if err != nil || hv == nil {
 		return nil, false, err
 	}
@@ -541,9 +467,8 @@ func (d *Dispatcher) summary(seq uint64, f HookFilter) (h *HookSummary, stop boo
 		s.DedupeKey = &env.DedupeKey
 	}
 	pending, dead := false, false
-	p := store.DeliveryPrefix(seq)
 	var decodeErr error
-	err = d.st.Scan(p, store.PrefixEnd(p), func(_, v []byte) bool {
+	err = d.st.ScanDeliveries(seq, func(_ uint16, v []byte) bool {
 		dl, err := store.DecodeDelivery(v)
 		if err != nil {
 			decodeErr = err
@@ -602,15 +527,13 @@ func Attempts(st *store.Store, seq uint64, sinks map[uint16]string) ([]AttemptVi
 		a   *store.Attempt
 	}
 	var rs []row
-	p := store.AttemptPrefix(seq)
 	var decodeErr error
-	err := st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool {
+	err := st.ScanAttempts(seq, func(num uint16, n uint32, v []byte) bool {
 		a, err := store.DecodeAttempt(v)
 		if err != nil {
 			decodeErr = err
 			return false
 		}
-		_, num, n, _ := store.ParseAttemptKey(k)
 		rs = append(rs, row{a.AtMs, num, n, a})
 		return true
 	})

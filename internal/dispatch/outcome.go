@@ -3,6 +3,7 @@ package dispatch
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/ankusa/ankusa/internal/sink"
@@ -59,10 +60,9 @@ func (d *Dispatcher) record(rs []result) {
 		dur            time.Duration
 	}
 	outs := make([]outcome, 0, len(rs))
-	var delivered []uint64
-	// done: rows this batch marks delivered (with the number of the attempt
-	// logged for them), not yet visible in the store.
-	done := map[rowRef]uint32{}
+	var delivered []result
+	// done: rows this batch marks delivered, not yet visible in the store.
+	done := map[rowRef]*store.Delivery{}
 	dead := 0
 	for _, r := range rs {
 		c := r.c
@@ -76,17 +76,17 @@ func (d *Dispatcher) record(rs []result) {
 		}
 		dl := c.delivery
 		dl.Attempts++
-		_ = b.Delete(store.InflightKey(c.seq, c.num), nil)
 		br := d.breaker(c.num)
 		if r.err == nil {
 			br.success()
 			// NextAtMs of a finished row is when it finished (history.go
 			// invariant 1).
-			dl.State, dl.NextAtMs, dl.LastError = store.StateDelivered, nowMs, ""
-			_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
-			d.logAttempt(b, c, &dl, "delivered", r, nowMs)
-			delivered = append(delivered, c.seq)
-			done[rowRef{c.seq, c.num}] = dl.Attempts
+			b.Delivered(c.seq, c.num, &dl, nowMs)
+			// Its attempt row is logged after reclaim, unless the hook goes
+			// in this batch.
+			r.c.delivery = dl
+			delivered = append(delivered, r)
+			done[rowRef{c.seq, c.num}] = &r.c.delivery
 			outs = append(outs, outcome{dl.SinkID, "delivered", r.dur})
 			continue
 		}
@@ -100,14 +100,12 @@ func (d *Dispatcher) record(rs []result) {
 		}
 		dl.LastError = truncate(r.err.Error(), maxErrorLen)
 		if permanent || int(dl.Attempts) >= d.o.Retry.MaxAttempts {
-			dl.State, dl.NextAtMs = store.StateDead, nowMs
 			d.logAttempt(b, c, &dl, "dead", r, nowMs)
 			reason := dl.LastError
 			if !permanent {
 				reason = "attempts exhausted: " + reason
 			}
-			_ = b.Set(store.DeadKey(nowMs, c.seq, c.num), []byte(reason), nil)
-			_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
+			b.Dead(c.seq, c.num, &dl, nowMs, reason)
 			dead++
 			outs = append(outs, outcome{dl.SinkID, "dead", r.dur})
 			continue
@@ -117,13 +115,16 @@ func (d *Dispatcher) record(rs []result) {
 		delay := d.o.Retry.Delay(max(int(dl.Attempts), 1), d.o.Jitter(), retryAfter)
 		next := (now.Add(delay).UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 		d.logAttempt(b, c, &dl, "retry", r, nowMs)
-		dl.State, dl.NextAtMs = store.StateDue, next
-		_ = b.Set(store.DueKey(next, c.seq, c.num), nil, nil)
+		b.Retry(c.seq, c.num, &dl, next)
 		d.noteDue(next)
-		_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(&dl), nil)
 		outs = append(outs, outcome{dl.SinkID, "retry", r.dur})
 	}
-	hooks, rows, kept, keptBytes := d.reclaim(b, nowMs, delivered, done)
+	hooks, rows, kept, keptBytes, removed := d.reclaim(b, nowMs, delivered, done)
+	for _, r := range delivered {
+		if !removed[r.c.seq] {
+			d.logAttempt(b, r.c, &r.c.delivery, "delivered", r, nowMs)
+		}
+	}
 	if err := d.st.Apply(b); err != nil {
 		// The rows stay inflight in the store and the attempts are kept, to
 		// be recorded again at the next loop turn: a row left inflight is
@@ -159,87 +160,111 @@ type rowRef struct {
 	num uint16
 }
 
-// reclaim adds to b, for the hooks among seqs whose every delivery row is
-// delivered (in the store, or by b itself: done), either their retained
-// row (Retention > 0: history.go keeps them until the sweep) or the deletes
-// of every row of the hook. Dedupe rows stay until their TTL so that a
-// provider's late retry is still absorbed. A hook it cannot read is left
-// for the boot sweep.
-func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, seqs []uint64, done map[rowRef]uint32) (hooks, rows, kept int, keptBytes int64) {
-	seen := map[uint64]bool{}
-	for _, seq := range seqs {
-		if seen[seq] {
-			continue
+// reclaim adds to b, for the hooks of the delivered results whose every
+// delivery row is delivered (in the store, or by b itself: done), either
+// their retained row (Retention > 0: history.go keeps them until the
+// sweep) or the deletes of every row of the hook; removed lists the hooks
+// deleted. It reads the delivery rows of all of them with one iterator and
+// deletes a hook from what the result knows (its id, tenant, source, the
+// attempt counts), without reading it — unless a delivery was revived or
+// resent (its attempt rows are not 1..Attempts then; store.Batch.
+// DeleteDeliveredHook), which reads the hook's rows. Dedupe rows stay
+// until their TTL so that a provider's late retry is still absorbed. A
+// hook it cannot read is left for the boot sweep.
+func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, done map[rowRef]*store.Delivery) (hooks, rows, kept int, keptBytes int64, removed map[uint64]bool) {
+	type hookState struct {
+		ref  store.HookRef
+		size int64
+		all  bool
+		// plain: no delivery of it was revived or resent.
+		plain bool
+		// deliveredAt is the retained row's time: the newest NextAtMs of
+		// the hook's rows (history.go invariant 1), which is not nowMs when
+		// the clock stepped back since an earlier sink's delivery.
+		deliveredAt int64
+		sinks       []store.SinkAttempts
+		// want and seen count the rows this batch delivers, and those of
+		// them the scan found: a row it did not find is not one to
+		// delete.
+		want, seen int
+	}
+	hs := make(map[uint64]*hookState, len(delivered))
+	seqs := make([]uint64, 0, len(delivered))
+	for _, r := range delivered {
+		if hs[r.c.seq] == nil {
+			hs[r.c.seq] = &hookState{ref: r.hook, size: int64(r.c.delivery.Size), all: true, plain: true, deliveredAt: nowMs}
+			seqs = append(seqs, r.c.seq)
 		}
-		seen[seq] = true
-		var keys [][]byte
-		all := true
-		// The retained row's time is the newest NextAtMs of the hook's rows
-		// (history.go invariant 1), which is not nowMs when the clock
-		// stepped back since an earlier sink's delivery.
-		deliveredAt := nowMs
-		p := store.DeliveryPrefix(seq)
-		err := d.st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool {
-			if s, num, ok := store.ParseSeqSinkKey(k); ok && done[rowRef{s, num}] > 0 {
-				keys = append(keys, append([]byte(nil), k...))
-				return true
-			}
-			dl, err := store.DecodeDelivery(v)
-			if err != nil || dl.State != store.StateDelivered {
-				all = false
+		hs[r.c.seq].want++
+	}
+	slices.Sort(seqs)
+	err := d.st.ScanDeliveriesOf(seqs, func(seq uint64, num uint16, v []byte) bool {
+		h := hs[seq]
+		dl := done[rowRef{seq, num}]
+		if dl == nil {
+			var err error
+			if dl, err = store.DecodeDelivery(v); err != nil || dl.State != store.StateDelivered {
+				h.all = false
 				return false
 			}
-			deliveredAt = max(deliveredAt, dl.NextAtMs)
-			keys = append(keys, append([]byte(nil), k...))
-			return true
-		})
-		if err != nil || !all || len(keys) == 0 {
+			h.deliveredAt = max(h.deliveredAt, dl.NextAtMs)
+		} else {
+			h.seen++
+		}
+		h.plain = h.plain && dl.ReplayID == ""
+		h.sinks = append(h.sinks, store.SinkAttempts{Sink: num, Attempts: dl.Attempts})
+		return true
+	})
+	if err != nil {
+		d.log.Warn("reclaim: read delivery rows; the hooks are reclaimed by the boot sweep", "hooks", len(seqs), "err", err)
+		return 0, 0, 0, 0, nil
+	}
+	removed = map[uint64]bool{}
+	for _, seq := range seqs {
+		h := hs[seq]
+		if !h.all || h.seen != h.want {
 			continue
 		}
 		if d.o.Retention > 0 {
-			if hv, err := d.st.Get(store.HookKey(seq)); err == nil && hv != nil {
-				if env, err := store.DecodeEnvelope(hv); err == nil {
-					d.keep(b, seq, deliveredAt, len(env.Body))
-					kept++
-					keptBytes += int64(len(env.Body))
-				}
-			}
+			d.keep(b, seq, h.deliveredAt, int(h.size))
+			kept++
+			keptBytes += h.size
 			continue
 		}
-		// The attempt rows this batch writes are not in the store yet.
-		var extra [][]byte
-		for ref, n := range done {
-			if ref.seq == seq {
-				extra = append(extra, store.AttemptKey(seq, ref.num, n))
-			}
-		}
-		if d.deleteHook(b, seq, extra) {
+		if h.plain && h.ref.Seq == seq {
+			rows += b.DeleteDeliveredHook(h.ref, h.sinks)
 			hooks++
-			rows += len(keys)
+			removed[seq] = true
+			continue
+		}
+		// The attempt rows of this batch are not written for a hook it
+		// removes, so the store's rows are all there are.
+		if n, ok := d.deleteHook(b, seq); ok {
+			hooks++
+			rows += n
+			removed[seq] = true
 		}
 	}
-	return hooks, rows, kept, keptBytes
+	return hooks, rows, kept, keptBytes, removed
 }
 
 // deleteHook adds to b the deletes of every row of hook seq
-// (store.HookRowKeys) and of extra; false when the hook cannot be read.
-func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64, extra [][]byte) bool {
-	hv, err := d.st.Get(store.HookKey(seq))
+// (store.HookRows), and returns how many delivery rows that removes; false
+// when the hook cannot be read.
+func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64) (int, bool) {
+	hv, err := d.st.ReadHook(seq)
 	if err != nil || hv == nil {
-		return false
+		return 0, false
 	}
 	env, err := store.DecodeEnvelope(hv)
 	if err != nil {
-		return false
+		return 0, false
 	}
-	keys, err := d.st.HookRowKeys(env)
+	hr, err := d.st.HookRows(env)
 	if err != nil {
-		return false
+		return 0, false
 	}
-	for _, k := range append(keys, extra...) {
-		_ = b.Delete(k, nil)
-	}
-	return true
+	return b.DeleteHook(hr), true
 }
 
 // sweepDelivered removes, at boot, every hook whose delivery rows are all
@@ -251,24 +276,22 @@ func (d *Dispatcher) sweepDelivered() error {
 	defer b.Close()
 	hooks, rows := 0, 0
 	var cur uint64
-	var keys [][]byte
+	n := 0
 	all, have := true, false
 	var newest int64 // the newest NextAtMs of cur's rows: its retained row's time
 	flush := func() {
-		if have && all && len(keys) > 0 && d.retained(cur, newest) {
+		if have && all && n > 0 && d.retained(cur, newest) {
 			all = false // kept by retention.delivered (history.go)
 		}
-		if have && all && len(keys) > 0 && d.deleteHook(b, cur, nil) {
-			hooks++
-			rows += len(keys)
+		if have && all && n > 0 {
+			if _, ok := d.deleteHook(b, cur); ok {
+				hooks++
+				rows += n
+			}
 		}
-		keys, all, have, newest = keys[:0], true, false, 0
+		n, all, have, newest = 0, true, false, 0
 	}
-	err := d.st.Scan([]byte{store.PrefixDelivery}, []byte{store.PrefixDelivery + 1}, func(k, v []byte) bool {
-		seq, _, ok := store.ParseSeqSinkKey(k)
-		if !ok {
-			return true
-		}
+	err := d.st.ScanAllDeliveries(func(seq uint64, _ uint16, v []byte) bool {
 		if !have || seq != cur {
 			flush()
 			cur, have = seq, true
@@ -279,7 +302,7 @@ func (d *Dispatcher) sweepDelivered() error {
 			return true
 		}
 		newest = max(newest, dl.NextAtMs)
-		keys = append(keys, append([]byte(nil), k...))
+		n++
 		return true
 	})
 	if err != nil {
@@ -301,8 +324,8 @@ func (d *Dispatcher) sweepDelivered() error {
 
 // retained reports whether hook seq has its retained row at deliveredAtMs.
 func (d *Dispatcher) retained(seq uint64, deliveredAtMs int64) bool {
-	v, err := d.st.Get(store.RetainedKey(deliveredAtMs, seq))
-	return err != nil || v != nil // unreadable: keep it, never guess a delete
+	_, ok, err := d.st.ReadRetained(deliveredAtMs, seq)
+	return err != nil || ok // unreadable: keep it, never guess a delete
 }
 
 func truncate(s string, n int) string {

@@ -36,28 +36,20 @@ func (d *Dispatcher) DLQ(f DLQFilter) (total int, entries []DeadEntry, err error
 	if f.Limit <= 0 || f.Limit > 1000 {
 		f.Limit = 100
 	}
-	type row struct {
-		at     int64
-		seq    uint64
-		num    uint16
-		reason string
-	}
-	var rows []row
-	lower := []byte{store.PrefixDead}
+	var rows []store.DeadRow
+	var sinceMs int64
 	if !f.Since.IsZero() {
-		lower = store.DeadKey(f.Since.UnixMilli(), 0, 0)
+		sinceMs = f.Since.UnixMilli()
 	}
-	err = d.st.Scan(lower, []byte{store.PrefixDead + 1}, func(k, v []byte) bool {
-		if at, seq, num, ok := store.ParseTimedKey(k); ok {
-			rows = append(rows, row{at, seq, num, string(v)})
-		}
+	err = d.st.ScanDead(nil, sinceMs, -1, func(r store.DeadRow) bool {
+		rows = append(rows, r)
 		return true
 	})
 	if err != nil {
 		return 0, nil, err
 	}
 	for _, r := range rows {
-		hv, err := d.st.Get(store.HookKey(r.seq))
+		hv, err := d.st.ReadHook(r.Seq)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -76,14 +68,14 @@ func (d *Dispatcher) DLQ(f DLQFilter) (total int, entries []DeadEntry, err error
 			continue
 		}
 		sinkID := ""
-		if t, ok := d.target(r.num); ok {
+		if t, ok := d.target(r.Sink); ok {
 			sinkID = t.ID
 		}
 		entries = append(entries, DeadEntry{
 			ID: uuid.UUID(env.ID).String(), SourceID: env.Source, TenantID: env.Tenant, Sink: sinkID,
-			Seq: r.seq, ReceivedAt: time.Unix(0, env.ReceivedAt).UTC().Format(time.RFC3339Nano),
-			DeadLetteredAt: time.UnixMilli(r.at).UTC().Format(time.RFC3339Nano),
-			Size:           len(env.Body), ContentType: env.ContentType, Reason: r.reason,
+			Seq: r.Seq, ReceivedAt: time.Unix(0, env.ReceivedAt).UTC().Format(time.RFC3339Nano),
+			DeadLetteredAt: time.UnixMilli(r.AtMs).UTC().Format(time.RFC3339Nano),
+			Size:           len(env.Body), ContentType: env.ContentType, Reason: r.Reason,
 		})
 	}
 	return total, entries, nil
@@ -92,14 +84,11 @@ func (d *Dispatcher) DLQ(f DLQFilter) (total int, entries []DeadEntry, err error
 // OldestDueAge is how long the oldest due row has been due (0 if none is
 // due yet): the dispatch lag.
 func (d *Dispatcher) OldestDueAge(now time.Time) time.Duration {
-	var age time.Duration
-	_ = d.st.Scan([]byte{store.PrefixDue}, []byte{store.PrefixDue + 1}, func(k, _ []byte) bool {
-		if at, _, _, ok := store.ParseTimedKey(k); ok {
-			age = max(now.Sub(time.UnixMilli(at)), 0)
-		}
-		return false
-	})
-	return age
+	at, ok, _ := d.st.OldestDue()
+	if !ok {
+		return 0
+	}
+	return max(now.Sub(time.UnixMilli(at)), 0)
 }
 
 // Gauges for metrics.
@@ -117,7 +106,7 @@ type Gauges struct {
 // Gauges reads the queue gauges. Pending counts due rows (a scan: call it
 // at scrape time, not on a hot path).
 func (d *Dispatcher) Gauges() Gauges {
-	n, _ := d.st.Count([]byte{store.PrefixDue})
+	n, _ := d.st.CountDue()
 	return Gauges{
 		Pending:      int64(n),
 		Inflight:     d.inflightGauge.Load(),

@@ -89,7 +89,7 @@ type JobSpec struct {
 }
 
 func (d *Dispatcher) loadJobs() error {
-	return d.st.Scan([]byte{store.PrefixJob}, []byte{store.PrefixJob + 1}, func(_, v []byte) bool {
+	return d.st.ScanJobs(func(v []byte) bool {
 		var j Job
 		if json.Unmarshal(v, &j) == nil {
 			d.jobs[j.ID] = &job{Job: j}
@@ -234,7 +234,7 @@ func (d *Dispatcher) SetJobState(ctx context.Context, id, state string) (Job, er
 
 func (d *Dispatcher) putJob(b *store.Batch, j *Job) {
 	v, _ := json.Marshal(j) // plain fields only: cannot fail
-	_ = b.Set(store.JobKey(j.ID), v, nil)
+	b.PutJob(j.ID, v)
 }
 
 // saveJob stamps upd with now and writes it alone, synced: the job's state
@@ -321,26 +321,14 @@ func (d *Dispatcher) stepRelease(j *job, n int, now time.Time) {
 
 // stepDLQ moves up to n dead rows of j back to due.
 func (d *Dispatcher) stepDLQ(j *job, n int, now time.Time) {
-	type row struct {
-		key []byte
-		seq uint64
-		num uint16
-	}
-	var rows []row
-	lower := []byte{store.PrefixDead}
-	if len(j.Cursor) > 0 {
-		lower = append(append([]byte(nil), j.Cursor...), 0) // strictly after the cursor
-	}
-	upper := store.DeadKey(j.UntilMs+1, 0, 0)
+	var rows []store.DeadRow
 	finished := true
-	err := d.st.Scan(lower, upper, func(k, _ []byte) bool {
+	err := d.st.ScanDead(j.Cursor, 0, j.UntilMs, func(r store.DeadRow) bool {
 		if len(rows) >= n {
 			finished = false
 			return false
 		}
-		if _, seq, num, ok := store.ParseTimedKey(k); ok {
-			rows = append(rows, row{append([]byte(nil), k...), seq, num})
-		}
+		rows = append(rows, r)
 		return true
 	})
 	if err != nil {
@@ -353,9 +341,9 @@ func (d *Dispatcher) stepDLQ(j *job, n int, now time.Time) {
 	upd := j.Job
 	moved, skipped, orphans := 0, 0, 0
 	for _, r := range rows {
-		upd.Cursor = r.key
+		upd.Cursor = r.Cursor()
 		if j.SourceID != "" {
-			hv, err := d.st.Get(store.HookKey(r.seq))
+			hv, err := d.st.ReadHook(r.Seq)
 			if err != nil {
 				return
 			}
@@ -368,26 +356,22 @@ func (d *Dispatcher) stepDLQ(j *job, n int, now time.Time) {
 				continue
 			}
 		}
-		v, err := d.st.Get(store.DeliveryKey(r.seq, r.num))
-		if err != nil {
+		dl, err := d.st.ReadDelivery(r.Seq, r.Sink)
+		if err != nil && !errors.Is(err, store.ErrCorrupt) {
 			return
 		}
-		if v == nil {
-			_ = b.Delete(r.key, nil)
+		if err != nil {
+			skipped++
+			continue
+		}
+		if dl == nil {
+			b.DropDead(r)
 			skipped++
 			orphans++
 			continue
 		}
-		dl, err := store.DecodeDelivery(v)
-		if err != nil {
-			skipped++
-			continue
-		}
-		dl.State, dl.NextAtMs, dl.Attempts, dl.ReplayID = store.StateDue, nowMs, 0, j.ID
-		_ = b.Delete(r.key, nil)
-		_ = b.Set(store.DueKey(nowMs, r.seq, r.num), nil, nil)
+		b.Revive(r, dl, nowMs, j.ID)
 		d.noteDue(nowMs)
-		_ = b.Set(store.DeliveryKey(r.seq, r.num), store.EncodeDelivery(dl), nil)
 		moved++
 	}
 	upd.Moved += int64(moved)

@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,23 @@ type candidate struct {
 	num uint16
 }
 
+// pass is one due scan's working state, from collect to settle.
+type pass struct {
+	now   time.Time
+	nowMs int64
+	free  int       // claims this pass may make
+	next  time.Time // when the first not-yet-due row falls due (zero: none)
+	// byNum holds the candidates seen, per sink, in due order; order lists
+	// the sinks in the order first seen.
+	byNum map[uint16][]candidate
+	order []uint16
+	seen  int
+	// low is the earliest row this pass leaves due (-1: none), lastAt the
+	// time of the last row it stepped over: together they become the
+	// cursor (settle).
+	low, lastAt int64
+}
+
 // scanAndClaim claims due rows up to the inflight bounds, round-robin
 // across sinks so one slow or busy sink cannot starve the others, and
 // starts their attempts. It returns when the next not-yet-due row falls due
@@ -30,165 +46,163 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 		d.noteDue(at)
 	}
 	now := d.o.Now()
-	nowMs := now.UnixMilli()
-	durable := d.o.Durable()
-	free := min(d.o.MaxInflight-d.inflight, d.o.ScanBatch)
+	p := &pass{
+		now: now, nowMs: now.UnixMilli(),
+		free:  min(d.o.MaxInflight-d.inflight, d.o.ScanBatch),
+		byNum: map[uint16][]candidate{},
+		low:   -1, lastAt: d.low,
+	}
+	if err := d.collect(p); err != nil {
+		d.log.Warn("due scan failed", "err", err)
+		return now.Add(d.o.Poll)
+	}
+	// Candidates not claimed below stay due: the cursor must not pass them.
+	defer d.settle(p)
+	if p.seen == 0 {
+		return p.next
+	}
+	claims, err := d.claim(p, d.roundRobin(p))
+	if err != nil {
+		d.log.Warn("claim failed", "rows", len(claims), "err", err)
+		return now.Add(d.o.Poll)
+	}
+	if len(claims) == 0 {
+		return p.next
+	}
+	d.inflightGauge.Store(int64(d.inflight))
+	for _, c := range claims {
+		d.workers.Add(1)
+		go d.attempt(ctx, c)
+	}
+	// More may be due right now: come back at once.
+	return now
+}
 
-	var next time.Time
-	byNum := map[uint16][]candidate{}
-	var order []uint16
-	seen := 0
+// collect walks the due rows from the cursor and gathers up to
+// 4×ScanBatch candidates, per sink.
+func (d *Dispatcher) collect(p *pass) error {
+	durable := d.o.Durable()
 	limit := 4 * d.o.ScanBatch
-	upper := store.DueKey(nowMs+1, 0, 0)
 	// Start at the cursor: below it are only the tombstones of rows already
 	// claimed, which an LSM would otherwise step over on every scan.
-	low := int64(-1) // the earliest row left due by this scan, -1 = none
-	var lastAt int64 = d.low
-	err := d.st.Scan(store.DueKey(d.low, 0, 0), []byte{store.PrefixDue + 1}, func(k, _ []byte) bool {
-		at, seq, num, ok := store.ParseTimedKey(k)
-		if !ok {
-			return true
-		}
-		if bytes.Compare(k, upper) >= 0 {
-			next = time.UnixMilli(at)
+	return d.st.ScanDue(d.low, func(at int64, seq uint64, num uint16) bool {
+		if at > p.nowMs {
+			p.next = time.UnixMilli(at)
 			return false
 		}
-		lastAt = at
-		if free <= 0 || seen >= limit {
+		p.lastAt = at
+		if p.free <= 0 || p.seen >= limit {
 			// Enough candidates; rows still due are found by the next scan,
 			// which runs as soon as a slot frees up.
-			if low < 0 {
-				low = at
-			}
+			p.leave(at)
 			return false
 		}
 		// Rule 3: a row above durable_seq belongs to a group whose fsync has
 		// not returned (and may yet be undone). It waits.
 		if seq > durable {
-			if low < 0 {
-				low = at
-			}
+			p.leave(at)
 			return true
 		}
-		if b := d.breakers[num]; b != nil && !b.admits(now) {
-			if low < 0 {
-				low = at
-			}
+		if b := d.breakers[num]; b != nil && !b.admits(p.now) {
+			p.leave(at)
 			return true // parked: no attempt spent while the sink is down
 		}
-		if _, ok := byNum[num]; !ok {
-			order = append(order, num)
+		if _, ok := p.byNum[num]; !ok {
+			p.order = append(p.order, num)
 		}
-		byNum[num] = append(byNum[num], candidate{at, seq, num})
-		seen++
+		p.byNum[num] = append(p.byNum[num], candidate{at, seq, num})
+		p.seen++
 		return true
 	})
-	if err != nil {
-		d.log.Warn("due scan failed", "err", err)
-		return now.Add(d.o.Poll)
-	}
-	// Candidates not picked below stay due: the cursor must not pass them.
-	defer func() {
-		if low < 0 {
-			low = lastAt
-		}
-		d.low = low
-	}()
-	if seen == 0 {
-		return next
-	}
+}
 
-	// Round-robin pick across sinks.
+// roundRobin picks up to p.free candidates, one per sink in turn; a
+// half-open sink gets exactly one (its probe).
+func (d *Dispatcher) roundRobin(p *pass) []candidate {
 	var picked []candidate
-	defer func() {
-		// Whatever was seen but not claimed keeps the cursor at or below it.
-		for _, q := range byNum {
-			for _, c := range q {
-				d.lower(&low, c.at)
-			}
-		}
-	}()
 	probing := map[uint16]bool{}
-	for len(picked) < free {
+	for len(picked) < p.free {
 		progress := false
-		for _, num := range order {
-			q := byNum[num]
-			if len(q) == 0 || len(picked) >= free {
+		for _, num := range p.order {
+			q := p.byNum[num]
+			if len(q) == 0 || len(picked) >= p.free {
 				continue
 			}
-			if b := d.breakers[num]; b != nil && b.halfOpen(now) {
+			if b := d.breakers[num]; b != nil && b.halfOpen(p.now) {
 				// Half-open: exactly one real attempt probes the sink.
 				if probing[num] || b.probing {
 					// Left due: the cursor must stay at or below them.
 					for _, c := range q {
-						d.lower(&low, c.at)
+						p.leave(c.at)
 					}
-					byNum[num] = nil
+					p.byNum[num] = nil
 					continue
 				}
 				probing[num] = true
 			}
 			picked = append(picked, q[0])
-			byNum[num] = q[1:]
+			p.byNum[num] = q[1:]
 			progress = true
 		}
 		if !progress {
 			break
 		}
 	}
+	return picked
+}
 
+// claim moves the picked rows to in flight in one batch, within the
+// inflight byte bound, and counts them in flight. On an error nothing is
+// claimed (the claims returned only count the rows the batch held) and
+// every picked row stays due.
+func (d *Dispatcher) claim(p *pass, picked []candidate) ([]claimed, error) {
 	b := d.st.NewBatch()
 	defer b.Close()
 	var claims []claimed
-	lease := nowMs + (2 * d.o.AttemptTimeout).Milliseconds()
+	lease := p.nowMs + (2 * d.o.AttemptTimeout).Milliseconds()
 	for i, c := range picked {
-		v, err := d.st.Get(store.DeliveryKey(c.seq, c.num))
-		if err != nil {
+		dl, err := d.st.ReadDelivery(c.seq, c.num)
+		if err != nil && !errors.Is(err, store.ErrCorrupt) {
 			d.log.Warn("read delivery row", "seq", c.seq, "err", err)
-			d.lower(&low, c.at)
+			p.leave(c.at)
 			continue
 		}
-		if v == nil {
-			// A due key without its row: left by an interrupted reclaim. Drop it.
-			_ = b.Delete(store.DueKey(c.at, c.seq, c.num), nil)
-			continue
-		}
-		dl, err := store.DecodeDelivery(v)
 		if err != nil {
 			d.log.Error("corrupt delivery row", "seq", c.seq, "sink", c.num, "err", err)
+			continue
+		}
+		if dl == nil {
+			// A due key without its row: left by an interrupted reclaim. Drop it.
+			b.DropDue(c.at, c.seq, c.num)
 			continue
 		}
 		size := int64(dl.Size)
 		if d.inflight > 0 && d.inflightBytes+size > d.o.MaxInflightBytes {
 			for _, rest := range picked[i:] {
-				d.lower(&low, rest.at)
+				p.leave(rest.at)
 			}
 			break
 		}
-		dl.State = store.StateInflight
-		_ = b.Delete(store.DueKey(c.at, c.seq, c.num), nil)
-		_ = b.Set(store.InflightKey(c.seq, c.num), store.U64(uint64(lease)), nil)
-		_ = b.Set(store.DeliveryKey(c.seq, c.num), store.EncodeDelivery(dl), nil)
+		b.Claim(c.at, c.seq, c.num, dl, lease)
 		claims = append(claims, claimed{seq: c.seq, num: c.num, delivery: *dl, size: size})
 		d.inflight++
 		d.inflightBytes += size
-		if br := d.breakers[c.num]; br != nil && br.halfOpen(now) {
+		if br := d.breakers[c.num]; br != nil && br.halfOpen(p.now) {
 			br.probing = true
 		}
 	}
 	if len(claims) == 0 {
 		_ = d.st.Apply(b)
-		return next
+		return nil, nil
 	}
 	// Not synced: a claim lost in a crash leaves the row due, and a claim
 	// that survives returns to due at the next start. Either way it is
 	// delivered again, never dropped.
 	if err := d.st.Apply(b); err != nil {
-		d.log.Warn("claim failed", "rows", len(claims), "err", err)
 		for _, c := range claims {
 			d.inflight--
 			d.inflightBytes -= c.size
-			if br := d.breakers[c.num]; br != nil && br.halfOpen(now) {
+			if br := d.breakers[c.num]; br != nil && br.halfOpen(p.now) {
 				// The probe this scan chose never started: without this the
 				// sink's breaker waits for its result for ever and none of
 				// its rows is claimed again (found by the simulator).
@@ -198,17 +212,34 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 		// Their due rows are still there: the cursor must not pass them, or
 		// they wait for the next restart (found by the simulator).
 		for _, c := range picked {
-			d.lower(&low, c.at)
+			p.leave(c.at)
 		}
-		return now.Add(d.o.Poll)
+		return claims, err // claims only for their count: none was made
 	}
-	d.inflightGauge.Store(int64(d.inflight))
-	for _, c := range claims {
-		d.workers.Add(1)
-		go d.attempt(ctx, c)
+	return claims, nil
+}
+
+// leave notes a row this pass leaves due at at: the cursor stays at or
+// below it.
+func (p *pass) leave(at int64) {
+	if p.low < 0 || at < p.low {
+		p.low = at
 	}
-	// More may be due right now: come back at once.
-	return now
+}
+
+// settle moves the cursor (D1): to the earliest row this pass left due —
+// candidates seen but not claimed included — or, if it left none, to the
+// last row it stepped over.
+func (d *Dispatcher) settle(p *pass) {
+	for _, q := range p.byNum {
+		for _, c := range q {
+			p.leave(c.at)
+		}
+	}
+	if p.low < 0 {
+		p.low = p.lastAt
+	}
+	d.low = p.low
 }
 
 // attempt runs one delivery on a worker and reports its result.
@@ -222,28 +253,29 @@ func (d *Dispatcher) attempt(ctx context.Context, c claimed) {
 	}
 	defer func() { <-d.sem }()
 	start := d.o.Now()
-	id, err := d.deliverOne(ctx, c)
-	d.results <- result{c: c, id: id, err: err, dur: d.o.Now().Sub(start)}
+	hook, err := d.deliverOne(ctx, c)
+	d.results <- result{c: c, hook: hook, err: err, dur: d.o.Now().Sub(start)}
 }
 
 var errNoTarget = errors.New("sink is no longer configured")
 
-func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) ([16]byte, error) {
+func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) (store.HookRef, error) {
 	t, ok := d.target(c.num)
 	if !ok {
-		return [16]byte{}, sink.Permanent(fmt.Errorf("%w (sink number %d, id %q)", errNoTarget, c.num, c.delivery.SinkID))
+		return store.HookRef{}, sink.Permanent(fmt.Errorf("%w (sink number %d, id %q)", errNoTarget, c.num, c.delivery.SinkID))
 	}
-	v, err := d.st.Get(store.HookKey(c.seq))
+	v, err := d.st.ReadHook(c.seq)
 	if err != nil {
-		return [16]byte{}, fmt.Errorf("read hook %d: %w", c.seq, err)
+		return store.HookRef{}, fmt.Errorf("read hook %d: %w", c.seq, err)
 	}
 	if v == nil {
-		return [16]byte{}, sink.Permanent(fmt.Errorf("hook %d is missing from the store", c.seq))
+		return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d is missing from the store", c.seq))
 	}
 	env, err := store.DecodeEnvelope(v)
 	if err != nil {
-		return [16]byte{}, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))
+		return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))
 	}
+	ref := store.HookRef{Seq: c.seq, ID: env.ID, Tenant: env.Tenant, Source: env.Source}
 	m := &sink.Message{
 		ID: uuid.UUID(env.ID), Seq: env.Seq, Tenant: env.Tenant, Source: env.Source,
 		ReceivedAt: time.Unix(0, env.ReceivedAt), ContentType: env.ContentType,
@@ -257,14 +289,7 @@ func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) ([16]byte, error
 	if err != nil && actx.Err() != nil && ctx.Err() == nil {
 		err = fmt.Errorf("attempt timed out after %s: %w", d.o.AttemptTimeout, err)
 	}
-	return env.ID, err
-}
-
-// lower moves a scan's low mark down to at.
-func (d *Dispatcher) lower(low *int64, at int64) {
-	if *low < 0 || at < *low {
-		*low = at
-	}
+	return ref, err
 }
 
 func isCancel(err error) bool { return errors.Is(err, context.Canceled) }

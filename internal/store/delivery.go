@@ -1,0 +1,481 @@
+package store
+
+// Delivery rows: the transitions of one sink's obligation for one hook, as
+// named batch operations, and the reads the dispatcher makes of them. The
+// dispatcher is the one writer of these rows after the commit path created
+// them (PutHook's due rows); it never builds a key itself.
+//
+// A delivery (d + seq + sink) is in one state, and exactly one index row
+// names it while it is due, in flight or dead:
+//
+//	due       q + at + seq + sink       (the due scan's order)
+//	inflight  f + seq + sink → lease    (returned to due at the next start)
+//	dead      x + dead_at + seq + sink  (the dead-letter queue)
+//	delivered none (kept until the hook is removed, or retained)
+//
+// Each operation below moves one delivery between two states in one batch,
+// so a crash leaves it in the old state or the new one, never with two
+// index rows or none. Each sets the state fields it owns on dl and writes
+// it; the caller sets the rest (Attempts, LastError) before.
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Claim moves a delivery due at dueAtMs to in flight until leaseUntilMs.
+func (b *Batch) Claim(dueAtMs int64, seq uint64, sink uint16, dl *Delivery, leaseUntilMs int64) {
+	dl.State = StateInflight
+	_ = b.Delete(DueKey(dueAtMs, seq, sink), nil)
+	_ = b.Set(InflightKey(seq, sink), U64(uint64(leaseUntilMs)), nil)
+	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
+}
+
+// Delivered moves an in-flight delivery to delivered at atMs. NextAtMs of
+// a finished row is when it finished (the retained row's time is the
+// newest of them).
+func (b *Batch) Delivered(seq uint64, sink uint16, dl *Delivery, atMs int64) {
+	dl.State, dl.NextAtMs, dl.LastError = StateDelivered, atMs, ""
+	_ = b.Delete(InflightKey(seq, sink), nil)
+	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
+}
+
+// Retry moves an in-flight delivery back to due at nextMs.
+func (b *Batch) Retry(seq uint64, sink uint16, dl *Delivery, nextMs int64) {
+	dl.State, dl.NextAtMs = StateDue, nextMs
+	_ = b.Delete(InflightKey(seq, sink), nil)
+	_ = b.Set(DueKey(nextMs, seq, sink), nil, nil)
+	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
+}
+
+// Dead moves an in-flight delivery to the dead-letter queue at atMs with
+// reason (its dead row's value).
+func (b *Batch) Dead(seq uint64, sink uint16, dl *Delivery, atMs int64, reason string) {
+	dl.State, dl.NextAtMs = StateDead, atMs
+	_ = b.Delete(InflightKey(seq, sink), nil)
+	_ = b.Set(DeadKey(atMs, seq, sink), []byte(reason), nil)
+	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
+}
+
+// DeadFromDue moves a delivery due at dueAtMs to the dead-letter queue at
+// atMs with reason, without an attempt (its sink was removed). Its
+// NextAtMs is 0, as such rows always had: a resend finds their dead row
+// by a scan of the queue.
+func (b *Batch) DeadFromDue(dueAtMs int64, seq uint64, sink uint16, dl *Delivery, atMs int64, reason string) {
+	dl.State, dl.NextAtMs, dl.LastError = StateDead, 0, reason
+	_ = b.Delete(DueKey(dueAtMs, seq, sink), nil)
+	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
+	_ = b.Set(DeadKey(atMs, seq, sink), []byte(reason), nil)
+}
+
+// Revive moves a dead delivery (its dead row r) back to due at atMs for
+// the replay job replayID, with a fresh attempt budget.
+func (b *Batch) Revive(r DeadRow, dl *Delivery, atMs int64, replayID string) {
+	dl.State, dl.NextAtMs, dl.Attempts, dl.ReplayID = StateDue, atMs, 0, replayID
+	_ = b.Delete(r.key(), nil)
+	_ = b.Set(DueKey(atMs, r.Seq, r.Sink), nil, nil)
+	_ = b.Set(DeliveryKey(r.Seq, r.Sink), EncodeDelivery(dl), nil)
+}
+
+// Resend moves a delivered or dead delivery back to due at atMs, tagged
+// replayID. Attempts keep counting, so the attempt log keeps every attempt.
+// A dead delivery's dead row is removed with DropDead in the same batch.
+func (b *Batch) Resend(seq uint64, sink uint16, dl *Delivery, atMs int64, replayID string) {
+	dl.State, dl.NextAtMs, dl.LastError, dl.ReplayID = StateDue, atMs, "", replayID
+	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
+	_ = b.Set(DueKey(atMs, seq, sink), nil, nil)
+}
+
+// Reclaim moves an in-flight delivery whose attempt's outcome is unknown
+// (the node stopped) back to due at atMs, without spending an attempt.
+func (b *Batch) Reclaim(seq uint64, sink uint16, dl *Delivery, atMs int64) {
+	dl.State, dl.NextAtMs = StateDue, atMs
+	_ = b.Delete(InflightKey(seq, sink), nil)
+	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
+	_ = b.Set(DueKey(atMs, seq, sink), nil, nil)
+}
+
+// DropDue removes a due row whose delivery row is gone (left by an
+// interrupted reclaim of an older build).
+func (b *Batch) DropDue(atMs int64, seq uint64, sink uint16) {
+	_ = b.Delete(DueKey(atMs, seq, sink), nil)
+}
+
+// DropInflight removes an in-flight row whose delivery row is gone.
+func (b *Batch) DropInflight(seq uint64, sink uint16) {
+	_ = b.Delete(InflightKey(seq, sink), nil)
+}
+
+// DropDead removes a dead row: its delivery is resent, or gone.
+func (b *Batch) DropDead(r DeadRow) {
+	_ = b.Delete(r.key(), nil)
+}
+
+// PutAttempt logs the n-th finished attempt of a delivery.
+func (b *Batch) PutAttempt(seq uint64, sink uint16, n uint32, a *Attempt) {
+	_ = b.Set(AttemptKey(seq, sink, n), EncodeAttempt(a), nil)
+}
+
+// PutRetained writes the retained row of a fully delivered hook: its body
+// size, at the newest NextAtMs of its delivery rows.
+func (b *Batch) PutRetained(r RetainedRow) {
+	_ = b.Set(RetainedKey(r.AtMs, r.Seq), U64(uint64(r.Size)), nil)
+}
+
+// DropRetained removes a retained row.
+func (b *Batch) DropRetained(r RetainedRow) {
+	_ = b.Delete(RetainedKey(r.AtMs, r.Seq), nil)
+}
+
+// PutJob writes a replay job's JSON under its id.
+func (b *Batch) PutJob(id string, v []byte) {
+	_ = b.Set(JobKey(id), v, nil)
+}
+
+// DeleteHook removes every row of a hook as HookRows read them. Returns
+// how many delivery rows it removed.
+func (b *Batch) DeleteHook(rows *HookRows) int {
+	for _, k := range rows.keys {
+		_ = b.Delete(k, nil)
+	}
+	return rows.deliveries
+}
+
+// HookRows is every row of one hook but its retained row and dedupe rows,
+// as read by Store.HookRows, for DeleteHook.
+type HookRows struct {
+	keys       [][]byte
+	deliveries int
+}
+
+// Deliveries is how many delivery rows the hook has.
+func (h *HookRows) Deliveries() int { return h.deliveries }
+
+// HookRows lists every row of the hook env (at env.Seq) but its retained
+// (g) row and its dedupe rows (they live until their TTL).
+func (s *Store) HookRows(env *Envelope) (*HookRows, error) {
+	keys, err := s.HookRowKeys(env)
+	if err != nil {
+		return nil, err
+	}
+	h := &HookRows{keys: keys}
+	for _, k := range keys {
+		if len(k) > 0 && k[0] == PrefixDelivery {
+			h.deliveries++
+		}
+	}
+	return h, nil
+}
+
+// DeadRow is one row of the dead-letter queue.
+type DeadRow struct {
+	AtMs   int64 // when it was dead-lettered
+	Seq    uint64
+	Sink   uint16
+	Reason string
+}
+
+func (r DeadRow) key() []byte { return DeadKey(r.AtMs, r.Seq, r.Sink) }
+
+// Cursor is the row's position in the queue, for ScanDead's after.
+func (r DeadRow) Cursor() []byte { return r.key() }
+
+// RetainedRow is one retained hook (history): its delivered_at, seq and
+// body size.
+type RetainedRow struct {
+	AtMs int64
+	Seq  uint64
+	Size int64
+}
+
+// ReadHook returns the encoded envelope of hook seq, nil if absent.
+func (s *Store) ReadHook(seq uint64) ([]byte, error) { return s.Get(HookKey(seq)) }
+
+// HookSeq returns the seq of the hook with id (ok false if absent).
+func (s *Store) HookSeq(id [16]byte) (seq uint64, ok bool, err error) {
+	v, err := s.Get(HookIDKey(id))
+	if err != nil || v == nil {
+		return 0, false, err
+	}
+	seq, ok = ParseU64(v)
+	return seq, ok, nil
+}
+
+// ReadDelivery returns delivery (seq, sink), nil if absent.
+func (s *Store) ReadDelivery(seq uint64, sink uint16) (*Delivery, error) {
+	v, err := s.Get(DeliveryKey(seq, sink))
+	if err != nil || v == nil {
+		return nil, err
+	}
+	dl, err := DecodeDelivery(v)
+	if err != nil {
+		return nil, fmt.Errorf("delivery %d/%d: %w", seq, sink, err)
+	}
+	return dl, nil
+}
+
+// ScanDue calls fn for every due row at or after fromMs, earliest first,
+// until fn returns false.
+func (s *Store) ScanDue(fromMs int64, fn func(atMs int64, seq uint64, sink uint16) bool) error {
+	return s.Scan(DueKey(max(fromMs, 0), 0, 0), []byte{PrefixDue + 1}, func(k, _ []byte) bool {
+		at, seq, sink, ok := ParseTimedKey(k)
+		return !ok || fn(at, seq, sink)
+	})
+}
+
+// OldestDue is the time of the earliest due row (ok false if none).
+func (s *Store) OldestDue() (atMs int64, ok bool, err error) {
+	err = s.ScanDue(0, func(at int64, _ uint64, _ uint16) bool {
+		atMs, ok = at, true
+		return false
+	})
+	return atMs, ok, err
+}
+
+// CountDue counts the due rows (a scan: not for a hot path).
+func (s *Store) CountDue() (uint64, error) { return s.Count([]byte{PrefixDue}) }
+
+// CountDead counts the dead rows (a scan).
+func (s *Store) CountDead() (uint64, error) { return s.Count([]byte{PrefixDead}) }
+
+// ScanInflight calls fn for every in-flight row until fn returns false.
+func (s *Store) ScanInflight(fn func(seq uint64, sink uint16) bool) error {
+	return s.Scan([]byte{PrefixInflight}, []byte{PrefixInflight + 1}, func(k, _ []byte) bool {
+		seq, sink, ok := ParseSeqSinkKey(k)
+		return !ok || fn(seq, sink)
+	})
+}
+
+// ScanDead calls fn for the dead rows dead-lettered at or after sinceMs
+// and at or before untilMs (untilMs < 0: no bound), strictly after the
+// row at cursor after (nil: from the start), oldest first, until fn
+// returns false.
+func (s *Store) ScanDead(after []byte, sinceMs, untilMs int64, fn func(r DeadRow) bool) error {
+	lower := DeadKey(max(sinceMs, 0), 0, 0)
+	if len(after) > 0 {
+		c := append(append([]byte(nil), after...), 0) // strictly after the cursor
+		if string(c) > string(lower) {
+			lower = c
+		}
+	}
+	upper := []byte{PrefixDead + 1}
+	if untilMs >= 0 {
+		upper = DeadKey(untilMs+1, 0, 0)
+	}
+	return s.Scan(lower, upper, func(k, v []byte) bool {
+		at, seq, sink, ok := ParseTimedKey(k)
+		return !ok || fn(DeadRow{AtMs: at, Seq: seq, Sink: sink, Reason: string(v)})
+	})
+}
+
+// FindDead returns the dead row of delivery (seq, sink): at atMs when the
+// row's NextAtMs says when it died, else by a scan of the queue (rows
+// dead-lettered without an attempt). ok false if there is none.
+func (s *Store) FindDead(seq uint64, sink uint16, atMs int64) (r DeadRow, ok bool, err error) {
+	if atMs != 0 {
+		v, err := s.Get(DeadKey(atMs, seq, sink))
+		if err != nil || v != nil {
+			return DeadRow{AtMs: atMs, Seq: seq, Sink: sink, Reason: string(v)}, err == nil, err
+		}
+	}
+	err = s.ScanDead(nil, 0, -1, func(d DeadRow) bool {
+		if d.Seq == seq && d.Sink == sink {
+			r, ok = d, true
+			return false
+		}
+		return true
+	})
+	return r, ok, err
+}
+
+// ScanDeliveries calls fn for every delivery row of hook seq, by sink
+// number, with its encoded value (valid during the call only), until fn
+// returns false.
+func (s *Store) ScanDeliveries(seq uint64, fn func(sink uint16, v []byte) bool) error {
+	p := DeliveryPrefix(seq)
+	return s.Scan(p, PrefixEnd(p), func(k, v []byte) bool {
+		_, sink, ok := ParseSeqSinkKey(k)
+		return !ok || fn(sink, v)
+	})
+}
+
+// ScanAllDeliveries calls fn for every delivery row, by seq then sink,
+// until fn returns false.
+func (s *Store) ScanAllDeliveries(fn func(seq uint64, sink uint16, v []byte) bool) error {
+	return s.Scan([]byte{PrefixDelivery}, []byte{PrefixDelivery + 1}, func(k, v []byte) bool {
+		seq, sink, ok := ParseSeqSinkKey(k)
+		return !ok || fn(seq, sink, v)
+	})
+}
+
+// ScanHookSeqsReverse calls fn for the seq of every hook that has a
+// delivery row, below before (0: no bound), newest first, until fn returns
+// false. Delivery rows are ordered by seq and small: the cheapest way to
+// walk every hook.
+func (s *Store) ScanHookSeqsReverse(before uint64, fn func(seq uint64) bool) error {
+	upper := []byte{PrefixDelivery + 1}
+	if before != 0 {
+		upper = DeliveryPrefix(before)
+	}
+	last, have := uint64(0), false
+	return s.ScanReverse([]byte{PrefixDelivery}, upper, func(k, _ []byte) bool {
+		seq, _, ok := ParseSeqSinkKey(k)
+		if !ok || (have && seq == last) {
+			return true
+		}
+		last, have = seq, true
+		return fn(seq)
+	})
+}
+
+// ScanIndexReverse calls fn for the seq of every hook of source (or, with
+// source empty, of tenant) below before (0: no bound), newest first, until
+// fn returns false.
+func (s *Store) ScanIndexReverse(source, tenant string, before uint64, fn func(seq uint64) bool) error {
+	prefix := NameIndexPrefix(PrefixSourceIdx, source)
+	if source == "" {
+		prefix = NameIndexPrefix(PrefixTenantIdx, tenant)
+	}
+	upper := PrefixEnd(prefix)
+	if before != 0 {
+		upper = append(append([]byte(nil), prefix...), U64(before)...)
+	}
+	return s.ScanReverse(prefix, upper, func(k, _ []byte) bool {
+		seq, ok := ParseNameSeqKey(k)
+		return !ok || fn(seq)
+	})
+}
+
+// ReadDedupe returns the dedupe entry of (tenant, source, key), nil if
+// absent.
+func (s *Store) ReadDedupe(tenant, source, key string) (*DedupeEntry, error) {
+	v, err := s.Get(DedupeKey(tenant, source, key))
+	if err != nil || v == nil {
+		return nil, err
+	}
+	return DecodeDedupe(v)
+}
+
+// ScanAttempts calls fn for every attempt row of hook seq, by sink then
+// attempt number, until fn returns false.
+func (s *Store) ScanAttempts(seq uint64, fn func(sink uint16, n uint32, v []byte) bool) error {
+	p := AttemptPrefix(seq)
+	return s.Scan(p, PrefixEnd(p), func(k, v []byte) bool {
+		_, sink, n, ok := ParseAttemptKey(k)
+		return !ok || fn(sink, n, v)
+	})
+}
+
+// ScanRetained calls fn for every retained row, oldest delivered_at first,
+// until fn returns false.
+func (s *Store) ScanRetained(fn func(r RetainedRow) bool) error {
+	return s.Scan([]byte{PrefixRetained}, []byte{PrefixRetained + 1}, func(k, v []byte) bool {
+		at, seq, ok := ParseRetainedKey(k)
+		if !ok {
+			return true
+		}
+		sz, _ := ParseU64(v)
+		return fn(RetainedRow{AtMs: at, Seq: seq, Size: int64(sz)})
+	})
+}
+
+// ReadRetained returns hook seq's retained row at atMs (ok false if none).
+func (s *Store) ReadRetained(atMs int64, seq uint64) (r RetainedRow, ok bool, err error) {
+	v, err := s.Get(RetainedKey(atMs, seq))
+	if err != nil || v == nil {
+		return RetainedRow{}, false, err
+	}
+	sz, _ := ParseU64(v)
+	return RetainedRow{AtMs: atMs, Seq: seq, Size: int64(sz)}, true, nil
+}
+
+// ScanJobs calls fn with every replay job's JSON until fn returns false.
+func (s *Store) ScanJobs(fn func(v []byte) bool) error {
+	return s.Scan([]byte{PrefixJob}, []byte{PrefixJob + 1}, func(_, v []byte) bool { return fn(v) })
+}
+
+// HookRef is what a hook's rows are keyed on: enough to delete them all
+// without reading the hook (DeleteDeliveredHook).
+type HookRef struct {
+	Seq            uint64
+	ID             [16]byte
+	Tenant, Source string
+}
+
+// SinkAttempts is one delivery row of a hook and how many attempts it
+// logged: its attempt rows are n = 1..Attempts.
+type SinkAttempts struct {
+	Sink     uint16
+	Attempts uint32
+}
+
+// DeleteDeliveredHook removes every row of hook ref but its dedupe rows,
+// from what the caller knows, without a read: the hook, its id index, its
+// listing indexes, the delivery rows of sinks and their attempt rows
+// 1..Attempts. The caller vouches that sinks are all the hook's delivery
+// rows and that no delivery's attempt count was ever reset (a delivery
+// never revived or resent, whose ReplayID is empty: Revive restarts the
+// count, so older attempt rows lie above it). Returns how many delivery
+// rows it removed.
+func (b *Batch) DeleteDeliveredHook(ref HookRef, sinks []SinkAttempts) int {
+	_ = b.Delete(HookKey(ref.Seq), nil)
+	_ = b.Delete(HookIDKey(ref.ID), nil)
+	for _, k := range HookIndexKeys(ref.Tenant, ref.Source, ref.Seq) {
+		_ = b.Delete(k, nil)
+	}
+	for _, sa := range sinks {
+		_ = b.Delete(DeliveryKey(ref.Seq, sa.Sink), nil)
+		for n := uint32(1); n <= sa.Attempts; n++ {
+			_ = b.Delete(AttemptKey(ref.Seq, sa.Sink, n), nil)
+		}
+	}
+	return len(sinks)
+}
+
+// ScanDeliveriesOf calls fn for every delivery row of each hook in seqs
+// (ascending), by seq then sink, with one iterator for them all: the
+// dispatcher reads the rows of every hook an outcome batch touches, and an
+// iterator per hook cost more than the rows (each opens the levels anew).
+// fn returning false skips the rest of that hook's rows.
+func (s *Store) ScanDeliveriesOf(seqs []uint64, fn func(seq uint64, sink uint16, v []byte) bool) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil {
+		return ErrClosed
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: DeliveryPrefix(seqs[0]),
+		UpperBound: PrefixEnd(DeliveryPrefix(seqs[len(seqs)-1])),
+	})
+	if err != nil {
+		return fmt.Errorf("scan deliveries: %w", err)
+	}
+	for _, seq := range seqs {
+		p := DeliveryPrefix(seq)
+		// Ascending seeks: Pebble moves on from where the last one ended.
+		for ok := it.SeekGE(p); ok && it.Valid(); ok = it.Next() {
+			k := it.Key()
+			got, sink, kok := ParseSeqSinkKey(k)
+			if !kok || got != seq {
+				break
+			}
+			v, err := it.ValueAndErr()
+			if err != nil {
+				_ = it.Close()
+				return fmt.Errorf("scan deliveries value: %w", err)
+			}
+			if !fn(seq, sink, v) {
+				break
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		_ = it.Close()
+		return fmt.Errorf("scan deliveries: %w", err)
+	}
+	return it.Close()
+}
