@@ -33,27 +33,13 @@ func (w *writer) seedMarks() error {
 	return nil
 }
 
-// confirmedHead is the highest position the log confirmed to this process:
-// complete records and those held in the log only. -1 when none.
-func (p *pendingSet) confirmedHead() intake.Position {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	head := p.completePos
-	for _, e := range p.bySeq {
-		if e.logDone && e.pos > head {
-			head = e.pos
-		}
-	}
-	return head
-}
-
 // flushMarks writes the watermark and offset (not synced: a lagging mark
 // costs redundant republishes, never a hook).
 func (w *writer) flushMarks() {
 	if w.dual == nil || w.fenced.Load() {
 		return
 	}
-	head := w.dual.pending.confirmedHead()
+	lagging := w.dual.pending.logOnly()
 	wm, off := w.dual.pending.marks(w.nextSeq)
 	b := w.st.NewBatch()
 	if b.Err() != nil {
@@ -68,7 +54,7 @@ func (w *writer) flushMarks() {
 		w.fence(context.Background(), err)
 		return
 	}
-	if off >= head {
+	if !lagging {
 		w.dual.caughtUpAt.Store(w.dual.now().UnixNano())
 	}
 }

@@ -19,6 +19,11 @@ type pendingEntry struct {
 	rows    []store.Row // its local half, kept so complete-local re-applies exactly what the commit wrote
 	size    int64
 	firstAt time.Time
+	// floor is completePos when the record was added: every position the
+	// log may give any copy of it is above floor, since each record
+	// counted there was confirmed before this record's first publish
+	// began. Set by pendingSet.add.
+	floor intake.Position
 
 	// Guarded by pendingSet.mu.
 	localDone bool
@@ -110,6 +115,7 @@ func (p *pendingSet) add(es []*pendingEntry) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, e := range es {
+		e.floor = p.completePos
 		p.bySeq[e.seq] = e
 		p.byID[e.id] = e
 		if e.dedupe != "" {
@@ -182,6 +188,13 @@ func (p *pendingSet) stats(now time.Time, deadline time.Duration) PendingStats {
 // the highest seq below every pending one; the offset is the highest
 // position confirmed in both places, held below the lowest position of a
 // record that is only in the log. Both lag safely; neither runs ahead.
+//
+// Invariant M1: the offset never passes a position that may hold a record
+// the store lacks. A record whose local half is not done and whose publish
+// has not confirmed (in flight, failed, or landed with its ack lost) may
+// sit in the log at a position nobody learnt, below a later group's
+// confirmed one (publishes pipeline and confirm out of order; every publish
+// after a lost ack lands above it), so it holds the offset at its floor.
 func (p *pendingSet) marks(nextSeq uint64) (watermark uint64, offset intake.Position) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -191,9 +204,29 @@ func (p *pendingSet) marks(nextSeq uint64) (watermark uint64, offset intake.Posi
 		if e.seq-1 < watermark {
 			watermark = e.seq - 1
 		}
-		if e.logDone && !e.localDone && e.pos-1 < offset {
-			offset = e.pos - 1
+		switch {
+		case e.localDone:
+		case e.logDone:
+			offset = min(offset, e.pos-1)
+		default:
+			offset = min(offset, e.floor)
 		}
 	}
 	return watermark, offset
+}
+
+// logOnly reports whether a record the log confirmed is missing from the
+// store: what holds the offset back for longer than a publish, and what
+// ankusa_intake_offset_lag_seconds measures. A record whose publish is
+// only in flight holds the offset too (M1), but for one confirm, and is
+// not lag.
+func (p *pendingSet) logOnly() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range p.bySeq {
+		if e.logDone && !e.localDone {
+			return true
+		}
+	}
+	return false
 }

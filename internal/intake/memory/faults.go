@@ -194,9 +194,10 @@ func (f *faults) waitHung(ctx context.Context, n int) error {
 	}
 }
 
-// SetConfirmLatency sets the wait between a batch's fsync and its confirm
-// (Options.ConfirmLatency at Open). Concurrent publishes wait theirs in
-// parallel, as a broker pipelines acks.
+// SetConfirmLatency sets the least time from a batch's append to its
+// confirm (Options.ConfirmLatency at Open): the append and fsync run inside
+// it, so a confirm comes after both the fsync and the latency. Concurrent
+// publishes wait theirs in parallel, as a broker pipelines acks.
 func (l *Log) SetConfirmLatency(d time.Duration) { l.latency.Store(int64(max(d, 0))) }
 
 // FailNext makes the next n PublishBatch calls fail with an error of class
