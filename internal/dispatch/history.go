@@ -153,7 +153,7 @@ func (d *Dispatcher) remove(vs []victim, recheck bool) error {
 			d.log.Error("history sweep: a retained hook has an undelivered delivery; its retained row is dropped, the hook kept", "seq", v.Seq)
 			continue
 		}
-		hr, err := d.st.HookRows(env)
+		hr, err := d.st.StoredRows(env)
 		if err != nil {
 			return fmt.Errorf("read rows of hook %d: %w", v.Seq, err)
 		}

@@ -249,7 +249,7 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 }
 
 // deleteHook adds to b the deletes of every row of hook seq
-// (store.HookRows), and returns how many delivery rows that removes; false
+// (store.StoredRows), and returns how many delivery rows that removes; false
 // when the hook cannot be read.
 func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64) (int, bool) {
 	hv, err := d.st.ReadHook(seq)
@@ -260,7 +260,7 @@ func (d *Dispatcher) deleteHook(b *store.Batch, seq uint64) (int, bool) {
 	if err != nil {
 		return 0, false
 	}
-	hr, err := d.st.HookRows(env)
+	hr, err := d.st.StoredRows(env)
 	if err != nil {
 		return 0, false
 	}

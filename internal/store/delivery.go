@@ -133,33 +133,34 @@ func (b *Batch) PutJob(id string, v []byte) {
 	_ = b.Set(JobKey(id), v, nil)
 }
 
-// DeleteHook removes every row of a hook as HookRows read them. Returns
+// DeleteHook removes every row of a hook as StoredRows read them. Returns
 // how many delivery rows it removed.
-func (b *Batch) DeleteHook(rows *HookRows) int {
+func (b *Batch) DeleteHook(rows *StoredRows) int {
 	for _, k := range rows.keys {
 		_ = b.Delete(k, nil)
 	}
 	return rows.deliveries
 }
 
-// HookRows is every row of one hook but its retained row and dedupe rows,
-// as read by Store.HookRows, for DeleteHook.
-type HookRows struct {
+// StoredRows is every row of one stored hook but its retained row and
+// dedupe rows, as read by Store.StoredRows, for DeleteHook. (HookRows,
+// hookrows.go, builds a new hook's rows; this reads an existing one's.)
+type StoredRows struct {
 	keys       [][]byte
 	deliveries int
 }
 
 // Deliveries is how many delivery rows the hook has.
-func (h *HookRows) Deliveries() int { return h.deliveries }
+func (h *StoredRows) Deliveries() int { return h.deliveries }
 
-// HookRows lists every row of the hook env (at env.Seq) but its retained
+// StoredRows lists every row of the hook env (at env.Seq) but its retained
 // (g) row and its dedupe rows (they live until their TTL).
-func (s *Store) HookRows(env *Envelope) (*HookRows, error) {
+func (s *Store) StoredRows(env *Envelope) (*StoredRows, error) {
 	keys, err := s.HookRowKeys(env)
 	if err != nil {
 		return nil, err
 	}
-	h := &HookRows{keys: keys}
+	h := &StoredRows{keys: keys}
 	for _, k := range keys {
 		if len(k) > 0 && k[0] == PrefixDelivery {
 			h.deliveries++
