@@ -30,6 +30,8 @@ const maxSourceBody = 1 << 20
 type sourceBody struct {
 	Name string `json:"name"`
 	config.SourceConfig
+	// block is SourceConfig as the Manager takes it (JSON), set by decode.
+	block json.RawMessage
 }
 
 type sourcesAPI struct {
@@ -81,7 +83,7 @@ func (s *sourcesAPI) create(w http.ResponseWriter, r *http.Request) {
 		invalidSource(w, "name: required (the source id is <tenant>.<name>)")
 		return
 	}
-	v, err := s.m.Create(r.PathValue("tenant"), body.Name, body.SourceConfig)
+	v, err := s.m.Create(r.PathValue("tenant"), body.Name, body.block)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -109,7 +111,7 @@ func (s *sourcesAPI) update(w http.ResponseWriter, r *http.Request) {
 		invalidSource(w, fmt.Sprintf("name: %q differs from the path's %q (a source cannot be renamed)", body.Name, name))
 		return
 	}
-	v, err := s.m.Update(r.PathValue("tenant"), name, body.SourceConfig)
+	v, err := s.m.Update(r.PathValue("tenant"), name, body.block)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -144,6 +146,9 @@ func (s *sourcesAPI) decode(w http.ResponseWriter, r *http.Request) (sourceBody,
 	err := dec.Decode(&body)
 	if err == nil && dec.Decode(&struct{}{}) != io.EOF {
 		err = errors.New("unexpected data after the JSON object")
+	}
+	if err == nil {
+		body.block, err = json.Marshal(body.SourceConfig)
 	}
 	if err != nil {
 		invalidSource(w, "body: "+err.Error())

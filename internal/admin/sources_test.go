@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ankusa/ankusa/internal/admin"
+	"github.com/ankusa/ankusa/internal/app/apptest"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/sources"
 	"github.com/ankusa/ankusa/internal/sources/sourcestest"
@@ -28,7 +29,7 @@ type srcAPI struct {
 
 func newSrcAPI(t *testing.T, o sourcestest.Options) *srcAPI {
 	t.Helper()
-	e := sourcestest.New(t, o)
+	e := apptest.SourcesEnv(t, o)
 	a := &srcAPI{e: e}
 	a.mount(t)
 	return a

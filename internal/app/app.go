@@ -386,11 +386,7 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		OnRefused:         in.metrics.IngestRefused,
 	}
 	if cfg.SourceStore.Type == config.SourceStorePersistent {
-		in.apiSources = apisources.New(apisources.Options{
-			Store: st, Registry: in.sources, Dispatch: disp, Config: cfg,
-			BuildSink: func(k config.SinkConfig) (sink.Sink, error) { return newSink(k, cfg.HTTP.MaxBodyBytes, o.Logger) },
-			Logger:    o.Logger,
-		})
+		in.apiSources = apisources.New(apiSourcesOptions(cfg, st, in.sources, disp, o.Logger))
 		if err := in.apiSources.Load(); err != nil {
 			in.closeIntake()
 			closeTargets(targets)

@@ -1,13 +1,14 @@
 // Package sources manages the sources the operator API adds at run time
 // (source_store.type: persistent). An API source belongs to a tenant and has
-// the id "<tenant>.<name>"; its block is a config.SourceConfig, checked by
-// the same rules as a source in the config file, and kept as JSON in the
-// store (s + id), so it survives restarts. A change takes effect on the
-// next request: the Manager updates the edge's Registry and the
+// the id "<tenant>.<name>"; its block is JSON in the config file's source
+// schema, checked by the same rules as a source in the config file (the
+// Schema the app implements over internal/config), and kept as JSON in the
+// store (store.PutSource), so it survives restarts. A change takes effect
+// on the next request: the Manager updates the edge's Registry and the
 // dispatcher's targets in place.
 //
-// Secrets are write-only: views are redacted (config.SourceConfig.Redacted),
-// and an update that leaves a secret out keeps the stored one.
+// Secrets are write-only: views are redacted (Schema.Redacted), and an
+// update that leaves a secret out keeps the stored one (Schema.Check).
 package sources
 
 import (
@@ -17,19 +18,14 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/store"
-	"github.com/ankusa/ankusa/internal/verify"
 )
 
 // Errors the operator API maps to statuses.
@@ -47,8 +43,9 @@ var (
 	ErrHasDeliveries = errors.New("source has pending deliveries")
 )
 
-// InvalidError is a rule violation; Error is the operator's message
-// (config.Errors text: "sources.<id>.<key>: <rule>; …").
+// InvalidError is a rule violation; Error is the operator's message (the
+// Schema's, e.g. "sources.<id>.<key>: <rule>; …"), and Unwrap gives the
+// Schema's error.
 type InvalidError struct{ Err error }
 
 func (e *InvalidError) Error() string        { return e.Err.Error() }
@@ -74,27 +71,61 @@ func (e *DeliveriesError) Error() string {
 // deliveries=dead_letter writes.
 const DeadLetterReason = "source deleted"
 
-// redacted is how config.Redacted shows a secret; a write that sends it
-// back means "keep the stored value" where that is possible.
-const redacted = "[REDACTED]"
-
 // recordFormat versions the stored JSON; a reader refuses another version.
 const recordFormat = 1
 
 var partRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// Options configure a Manager. Every field but Logger and Now is required.
+// Options configure a Manager. Every field but Static, Routing, Prefix,
+// Logger and Now is required.
 type Options struct {
 	Store    *store.Store
 	Registry *edge.Registry
 	Dispatch *dispatch.Dispatcher
-	// Config is the loaded configuration: its rules check API sources, and
-	// http.prefix and http.routing shape the catch URLs.
-	Config *config.Config
-	// BuildSink constructs one sink (the app's adapter wiring).
-	BuildSink func(config.SinkConfig) (sink.Sink, error)
-	Logger    *slog.Logger
-	Now       func() time.Time
+	// Schema knows the source block: its rules, defaults and secrets, and
+	// how to build what it describes.
+	Schema Schema
+	// Static reports whether id is a source of the config file: a stored
+	// API source of that id is never loaded over it. Nil: none is.
+	Static func(id string) bool
+	// Routing and Prefix are http.routing ("path" or "tenant_path") and
+	// http.prefix: they shape the catch URLs.
+	Routing, Prefix string
+	Logger          *slog.Logger
+	Now             func() time.Time
+}
+
+// Schema is the rules of a source block: JSON in the config file's source
+// schema, as the operator API takes it and the store keeps it. The app
+// implements it over internal/config, so that the rules are the config
+// file's and this package does not depend on config. Every error a method
+// returns for a block is a broken rule, its text the operator's message.
+type Schema interface {
+	// Bind binds block to tenant (a block naming another tenant is
+	// refused) and fills the defaults of the keys it leaves out.
+	Bind(id, tenant string, block json.RawMessage) (json.RawMessage, error)
+	// Check is the write-time check of a bound block. On an update (prev,
+	// the stored block, non-nil) it first keeps the secrets block leaves
+	// out or sends back as "[REDACTED]", never for a sink whose
+	// destination changed; then it refuses any "[REDACTED]" left and
+	// applies the rules. It returns the block to store.
+	Check(id string, block, prev json.RawMessage) (json.RawMessage, error)
+	// Validate applies the rules alone (a stored block at Load).
+	Validate(id string, block json.RawMessage) error
+	// Redacted is block as views show it, every secret replaced.
+	Redacted(block json.RawMessage) map[string]any
+	// SinkIDs lists the ids of block's sinks, in order.
+	SinkIDs(block json.RawMessage) ([]string, error)
+	// Build builds the edge source of block (its verifier and dedupe
+	// extractor, its sinks numbered by nums) and one constructor per sink,
+	// in block order.
+	Build(id string, block json.RawMessage, nums map[store.SinkRef]uint16) (*edge.Source, []SinkBuilder, error)
+}
+
+// SinkBuilder builds one sink of a block.
+type SinkBuilder struct {
+	ID    string
+	Build func() (sink.Sink, error)
 }
 
 // Manager owns the API sources of one instance. Its methods are safe for
@@ -123,14 +154,15 @@ func (e *entry) closeSinks() {
 	}
 }
 
-// record is the stored form (s + id → JSON). Config holds the secrets.
+// record is the stored form (store.PutSource). Config, the block, holds
+// the secrets.
 type record struct {
-	Format    int                 `json:"format"`
-	Tenant    string              `json:"tenant"`
-	Name      string              `json:"name"`
-	Config    config.SourceConfig `json:"config"`
-	CreatedAt string              `json:"created_at"`
-	UpdatedAt string              `json:"updated_at"`
+	Format    int             `json:"format"`
+	Tenant    string          `json:"tenant"`
+	Name      string          `json:"name"`
+	Config    json.RawMessage `json:"config"`
+	CreatedAt string          `json:"created_at"`
+	UpdatedAt string          `json:"updated_at"`
 }
 
 func (r *record) id() string { return r.Tenant + "." + r.Name }
@@ -210,15 +242,19 @@ func (m *Manager) Load() error {
 		if _, loaded := m.srcs[id]; loaded {
 			continue
 		}
-		if _, static := m.o.Config.Sources[id]; static {
+		if m.o.Static != nil && m.o.Static(id) {
 			m.log.Warn("stored API source is shadowed by a config source; not loaded", "source", id)
 			continue
 		}
-		if err := m.o.Config.ValidateSource(id, r.Config); err != nil {
+		if err := m.o.Schema.Validate(id, r.Config); err != nil {
 			return fmt.Errorf("stored API source %s no longer passes validation: %w", id, err)
 		}
-		for _, k := range r.Config.Sinks {
-			refs = append(refs, store.SinkRef{Source: id, Sink: k.ID})
+		sinks, err := m.o.Schema.SinkIDs(r.Config)
+		if err != nil {
+			return fmt.Errorf("stored API source %s: %w", id, err)
+		}
+		for _, k := range sinks {
+			refs = append(refs, store.SinkRef{Source: id, Sink: k})
 		}
 		keep = append(keep, r)
 	}
@@ -258,15 +294,15 @@ func (m *Manager) Close() {
 	}
 }
 
-// Create adds the source tenant.name. sc.Tenant is set to tenant (another
-// non-empty tenant is refused); keys left out get their defaults. The
-// source answers from the next request on.
-func (m *Manager) Create(tenant, name string, sc config.SourceConfig) (View, error) {
+// Create adds the source tenant.name with block sc. Its tenant is set to
+// tenant (another non-empty tenant is refused); keys left out get their
+// defaults. The source answers from the next request on.
+func (m *Manager) Create(tenant, name string, sc json.RawMessage) (View, error) {
 	id, sc, err := m.prepare(tenant, name, sc)
 	if err != nil {
 		return View{}, err
 	}
-	if err := m.check(id, sc, nil); err != nil {
+	if sc, err = m.check(id, sc, nil); err != nil {
 		return View{}, err
 	}
 	m.mu.Lock()
@@ -303,7 +339,7 @@ func (m *Manager) Create(tenant, name string, sc config.SourceConfig) (View, err
 // nats.password and nats.token. Replaced sinks are closed once their
 // attempts end; rows still due for a removed sink are dead-lettered by
 // dispatch ("sink is no longer configured") when attempted.
-func (m *Manager) Update(tenant, name string, sc config.SourceConfig) (View, error) {
+func (m *Manager) Update(tenant, name string, sc json.RawMessage) (View, error) {
 	id, sc, err := m.prepare(tenant, name, sc)
 	if err != nil {
 		return View{}, err
@@ -314,8 +350,7 @@ func (m *Manager) Update(tenant, name string, sc config.SourceConfig) (View, err
 	if !ok {
 		return View{}, ErrNotFound
 	}
-	moved := keepSecrets(&sc, prev.rec.Config)
-	if err := m.check(id, sc, moved); err != nil {
+	if sc, err = m.check(id, sc, prev.rec.Config); err != nil {
 		return View{}, err
 	}
 	rec := prev.rec
@@ -420,42 +455,25 @@ func (m *Manager) Delete(tenant, name string, deadLetter bool) (Deleted, error) 
 }
 
 // prepare checks the id, binds the block to tenant and fills defaults.
-func (m *Manager) prepare(tenant, name string, sc config.SourceConfig) (string, config.SourceConfig, error) {
+func (m *Manager) prepare(tenant, name string, sc json.RawMessage) (string, json.RawMessage, error) {
 	id, err := apiID(tenant, name)
 	if err != nil {
 		return "", sc, err
 	}
-	if sc.Tenant != "" && sc.Tenant != tenant {
-		return "", sc, &InvalidError{Err: config.Errors{{Key: "sources." + id + ".tenant",
-			Rule: fmt.Sprintf("must be empty or %q (an API source belongs to the tenant of its URL), got %q", tenant, sc.Tenant)}}}
+	sc, err = m.o.Schema.Bind(id, tenant, sc)
+	if err != nil {
+		return "", sc, &InvalidError{Err: err}
 	}
-	sc.Tenant = tenant
-	return id, sc.WithDefaults(), nil
+	return id, sc, nil
 }
 
-// check refuses a "[REDACTED]" value (a view sent back with a secret
-// that cannot be kept) and applies the config rules. moved names the sinks
-// ("sinks[2]") whose destination the update changed.
-func (m *Manager) check(id string, sc config.SourceConfig, moved map[string]bool) error {
-	var errs config.Errors
-	for _, k := range redactedKeys(sc) {
-		rule := `"[REDACTED]" is how a secret is shown, not a value: send the real value (an update may leave a secret out to keep it)`
-		if sink, _, _ := strings.Cut(k, "."); moved[sink] {
-			rule = `"[REDACTED]" cannot be kept: the sink's destination changed, and a stored secret never follows a new destination; send the secret again`
-		}
-		errs = append(errs, &config.Error{Key: "sources." + id + "." + k, Rule: rule})
+// check is Schema.Check, its refusal an *InvalidError.
+func (m *Manager) check(id string, sc, prev json.RawMessage) (json.RawMessage, error) {
+	sc, err := m.o.Schema.Check(id, sc, prev)
+	if err != nil {
+		return nil, &InvalidError{Err: err}
 	}
-	if err := m.o.Config.ValidateSource(id, sc); err != nil {
-		var ce config.Errors
-		if !errors.As(err, &ce) {
-			return &InvalidError{Err: err}
-		}
-		errs = append(errs, ce...)
-	}
-	if len(errs) > 0 {
-		return &InvalidError{Err: errs}
-	}
-	return nil
+	return sc, nil
 }
 
 func apiID(tenant, name string) (string, error) {
@@ -476,9 +494,13 @@ func invalidTenant(t string) error {
 // holds m.mu (SinkNumbers needs a single caller).
 func (m *Manager) build(rec record) (*entry, error) {
 	id := rec.id()
-	refs := make([]store.SinkRef, 0, len(rec.Config.Sinks))
-	for _, k := range rec.Config.Sinks {
-		refs = append(refs, store.SinkRef{Source: id, Sink: k.ID})
+	sinks, err := m.o.Schema.SinkIDs(rec.Config)
+	if err != nil {
+		return nil, &InvalidError{Err: err}
+	}
+	refs := make([]store.SinkRef, 0, len(sinks))
+	for _, k := range sinks {
+		refs = append(refs, store.SinkRef{Source: id, Sink: k})
 	}
 	nums, err := m.o.Store.SinkNumbers(refs)
 	if err != nil {
@@ -491,18 +513,18 @@ func (m *Manager) build(rec record) (*entry, error) {
 // static sources are built, and every sink.
 func (m *Manager) buildWith(rec record, nums map[store.SinkRef]uint16) (*entry, error) {
 	id := rec.id()
-	srcs, err := edge.SourcesFromConfig(&config.Config{Sources: map[string]config.SourceConfig{id: rec.Config}}, nums)
+	src, builders, err := m.o.Schema.Build(id, rec.Config, nums)
 	if err != nil {
 		return nil, &InvalidError{Err: err}
 	}
-	e := &entry{rec: rec, src: srcs[id], sinks: map[uint16]*guarded{}}
-	for _, k := range rec.Config.Sinks {
+	e := &entry{rec: rec, src: src, sinks: map[uint16]*guarded{}}
+	for _, k := range builders {
 		num, ok := nums[store.SinkRef{Source: id, Sink: k.ID}]
 		if !ok {
 			e.closeSinks()
 			return nil, fmt.Errorf("no sink number for %s/%s", id, k.ID)
 		}
-		s, err := m.o.BuildSink(k)
+		s, err := k.Build()
 		if err != nil {
 			e.closeSinks()
 			return nil, &InvalidError{Err: fmt.Errorf("sources.%s sink %s: %w", id, k.ID, err)}
@@ -633,132 +655,14 @@ func (m *Manager) view(e *entry) View {
 	id := e.rec.id()
 	return View{
 		ID: id, Tenant: e.rec.Tenant, Name: e.rec.Name, CatchURL: m.catchURL(e.rec.Tenant, id),
-		Config: e.rec.Config.Redacted(), CreatedAt: e.rec.CreatedAt, UpdatedAt: e.rec.UpdatedAt,
+		Config: m.o.Schema.Redacted(e.rec.Config), CreatedAt: e.rec.CreatedAt, UpdatedAt: e.rec.UpdatedAt,
 	}
 }
 
 // catchURL is the ingest path of a source under the configured routing.
 func (m *Manager) catchURL(tenant, id string) string {
-	h := m.o.Config.HTTP
-	if h.Routing == "tenant_path" {
-		return h.Prefix + "/" + tenant + "/" + id
+	if m.o.Routing == "tenant_path" {
+		return m.o.Prefix + "/" + tenant + "/" + id
 	}
-	return h.Prefix + "/" + id
-}
-
-// keepSecrets fills the secrets next leaves out (or sends back redacted)
-// from prev; see Update. A sink whose destination changed keeps nothing:
-// its secrets were given for the old host and must never reach the new
-// one. Those sinks are returned ("sinks[i]"), so that a "[REDACTED]" left
-// in one is refused with the reason.
-func keepSecrets(next *config.SourceConfig, prev config.SourceConfig) (moved map[string]bool) {
-	moved = map[string]bool{}
-	if v := &next.Verify; v.Type != verify.TypeNone && allRedacted(v.Secret) {
-		v.Secret = slices.Clone(prev.Verify.Secret)
-	}
-	before := map[string]config.SinkConfig{}
-	for _, k := range prev.Sinks {
-		before[k.ID] = k
-	}
-	for i := range next.Sinks {
-		k := &next.Sinks[i]
-		p, ok := before[k.ID]
-		if !ok || p.Type != k.Type {
-			continue
-		}
-		if destination(*k) != destination(p) {
-			moved["sinks["+strconv.Itoa(i)+"]"] = true
-			continue
-		}
-		if k.HTTP != nil && p.HTTP != nil {
-			keep(&k.HTTP.Secret, p.HTTP.Secret)
-			for name, val := range k.HTTP.Headers {
-				if pv, ok := p.HTTP.Headers[name]; ok && val == redacted {
-					k.HTTP.Headers[name] = pv
-				}
-			}
-		}
-		if k.Kafka != nil && p.Kafka != nil && k.Kafka.SASL != nil && p.Kafka.SASL != nil {
-			keep(&k.Kafka.SASL.Password, p.Kafka.SASL.Password)
-		}
-		if k.NATS != nil && p.NATS != nil {
-			if k.NATS.User != "" {
-				keep(&k.NATS.Password, p.NATS.Password)
-			} else {
-				keep(&k.NATS.Token, p.NATS.Token)
-			}
-		}
-	}
-	return moved
-}
-
-// destination is where a sink sends (and so where its secrets go): the
-// HTTP URL, the Kafka brokers, the NATS or RabbitMQ URL. Any change counts,
-// even a path: the operator re-sends the secret rather than Ankusa
-// guessing which changes still reach the same recipient.
-func destination(k config.SinkConfig) string {
-	switch {
-	case k.HTTP != nil:
-		return k.HTTP.URL
-	case k.Kafka != nil:
-		return strings.Join(k.Kafka.Brokers, ",")
-	case k.NATS != nil:
-		return k.NATS.URL
-	case k.RabbitMQ != nil:
-		return k.RabbitMQ.URL
-	}
-	return ""
-}
-
-func keep(dst *string, stored string) {
-	if *dst == "" || *dst == redacted {
-		*dst = stored
-	}
-}
-
-func allRedacted(list []string) bool {
-	for _, s := range list {
-		if s != redacted {
-			return false
-		}
-	}
-	return true
-}
-
-// redactedKeys lists the keys of sc (dotted, relative to the block) whose
-// value holds "[REDACTED]".
-func redactedKeys(sc config.SourceConfig) []string {
-	raw, err := json.Marshal(sc)
-	if err != nil || !strings.Contains(string(raw), redacted) {
-		return nil
-	}
-	var tree any
-	if err := json.Unmarshal(raw, &tree); err != nil {
-		return nil
-	}
-	var keys []string
-	var walk func(v any, path string)
-	walk = func(v any, path string) {
-		switch x := v.(type) {
-		case map[string]any:
-			for k, e := range x {
-				p := k
-				if path != "" {
-					p = path + "." + k
-				}
-				walk(e, p)
-			}
-		case []any:
-			for i, e := range x {
-				walk(e, path+"["+strconv.Itoa(i)+"]")
-			}
-		case string:
-			if strings.Contains(x, redacted) {
-				keys = append(keys, path)
-			}
-		}
-	}
-	walk(tree, "")
-	sort.Strings(keys)
-	return keys
+	return m.o.Prefix + "/" + id
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankusa/ankusa/internal/app"
+	"github.com/ankusa/ankusa/internal/app/apptest"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/edge"
@@ -26,6 +28,17 @@ func parse(t *testing.T, js string) config.SourceConfig {
 		t.Fatal(err)
 	}
 	return sc
+}
+
+// block is js as the operator API hands it to the Manager: decoded into the
+// config's source block and encoded again.
+func block(t *testing.T, js string) json.RawMessage {
+	t.Helper()
+	raw, err := json.Marshal(parse(t, js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }
 
 // stored reads the stored block of id (secrets included).
@@ -137,9 +150,9 @@ func TestWithDefaultsAndRedacted(t *testing.T) {
 }
 
 func TestUpdate_KeepsSinkSecrets(t *testing.T) {
-	e := sourcestest.New(t, sourcestest.Options{})
+	e := apptest.SourcesEnv(t, sourcestest.Options{})
 	m := e.Manager
-	_, err := m.Create("acme", "orders", parse(t, `{"sinks":[
+	_, err := m.Create("acme", "orders", block(t, `{"sinks":[
 		{"type":"http","http":{"url":"https://example.com/in","secret":"0123456789abcdef","headers":{"Authorization":"Bearer tok","X-Plain":"p"}}},
 		{"type":"kafka","kafka":{"brokers":["k:9092"],"topic":"t","sasl":{"mechanism":"plain","username":"u","password":"pw"}}},
 		{"type":"nats","nats":{"url":"nats://n:4222","subject":"s","token":"ntok"}}]}`))
@@ -147,7 +160,7 @@ func TestUpdate_KeepsSinkSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The view sent back, headers redacted and secrets left out.
-	_, err = m.Update("acme", "orders", parse(t, `{"sinks":[
+	_, err = m.Update("acme", "orders", block(t, `{"sinks":[
 		{"type":"http","http":{"url":"https://example.com/in","timeout_ms":9000,"headers":{"Authorization":"[REDACTED]"}}},
 		{"type":"kafka","kafka":{"brokers":["k:9092"],"topic":"t","sasl":{"mechanism":"plain","username":"u"}}},
 		{"type":"nats","nats":{"url":"nats://n:4222","subject":"s"}}]}`))
@@ -167,17 +180,17 @@ func TestUpdate_KeepsSinkSecrets(t *testing.T) {
 	}
 
 	// A redacted value that has nothing to keep is refused.
-	_, err = m.Update("acme", "orders", parse(t, `{"sinks":[
+	_, err = m.Update("acme", "orders", block(t, `{"sinks":[
 		{"type":"http","http":{"url":"https://example.com/in","headers":{"X-New":"[REDACTED]"}}}]}`))
 	if !errors.Is(err, sources.ErrInvalid) || !strings.Contains(err.Error(), "sources.acme.orders.sinks[0].http.headers.X-New") {
 		t.Errorf("err = %v, want invalid naming the header", err)
 	}
 	// A sink whose type changed keeps nothing.
-	_, err = m.Update("acme", "orders", parse(t, `{"sinks":[{"id":"http","type":"log"}]}`))
+	_, err = m.Update("acme", "orders", block(t, `{"sinks":[{"id":"http","type":"log"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.Update("acme", "orders", parse(t, `{"sinks":[{"id":"http","type":"http","http":{"url":"https://example.com/in"}}]}`))
+	_, err = m.Update("acme", "orders", block(t, `{"sinks":[{"id":"http","type":"http","http":{"url":"https://example.com/in"}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,10 +198,10 @@ func TestUpdate_KeepsSinkSecrets(t *testing.T) {
 		t.Errorf("secret came back through a type change: %q", s)
 	}
 	// verify type none drops the secret rather than keeping it.
-	if _, err := m.Update("acme", "orders", parse(t, `{"verify":{"type":"github","secret":["s"]},"sinks":[{"type":"log"}]}`)); err != nil {
+	if _, err := m.Update("acme", "orders", block(t, `{"verify":{"type":"github","secret":["s"]},"sinks":[{"type":"log"}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Update("acme", "orders", parse(t, `{"verify":{"type":"none"},"sinks":[{"type":"log"}]}`)); err != nil {
+	if _, err := m.Update("acme", "orders", block(t, `{"verify":{"type":"none"},"sinks":[{"type":"log"}]}`)); err != nil {
 		t.Fatalf("to verify none: %v", err)
 	}
 	if s := stored(t, e, "acme.orders").Verify.Secret; len(s) != 0 {
@@ -200,16 +213,16 @@ func TestUpdate_KeepsSinkSecrets(t *testing.T) {
 // value sent back as "[REDACTED]" is refused naming the key, a secret left
 // out is dropped, and nothing stored reaches the new host.
 func TestUpdate_SecretNeverFollowsAChangedDestination(t *testing.T) {
-	e := sourcestest.New(t, sourcestest.Options{})
+	e := apptest.SourcesEnv(t, sourcestest.Options{})
 	m := e.Manager
-	_, err := m.Create("acme", "orders", parse(t, `{"sinks":[
+	_, err := m.Create("acme", "orders", block(t, `{"sinks":[
 		{"type":"http","http":{"url":"https://example.com/in","secret":"0123456789abcdef","headers":{"Authorization":"Bearer tok"}}},
 		{"type":"kafka","kafka":{"brokers":["k:9092"],"topic":"t","sasl":{"mechanism":"plain","username":"u","password":"pw"}}},
 		{"type":"nats","nats":{"url":"nats://n:4222","subject":"s","token":"ntok"}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.Update("acme", "orders", parse(t, `{"sinks":[
+	_, err = m.Update("acme", "orders", block(t, `{"sinks":[
 		{"type":"http","http":{"url":"https://attacker.example/in","headers":{"Authorization":"[REDACTED]"}}},
 		{"type":"kafka","kafka":{"brokers":["k:9092"],"topic":"t","sasl":{"mechanism":"plain","username":"u"}}},
 		{"type":"nats","nats":{"url":"nats://n:4222","subject":"s"}}]}`))
@@ -220,7 +233,7 @@ func TestUpdate_SecretNeverFollowsAChangedDestination(t *testing.T) {
 	if h := stored(t, e, "acme.orders").Sinks[0].HTTP; h.URL != "https://example.com/in" {
 		t.Fatalf("a refused update changed the sink: %+v", h)
 	}
-	_, err = m.Update("acme", "orders", parse(t, `{"sinks":[
+	_, err = m.Update("acme", "orders", block(t, `{"sinks":[
 		{"type":"http","http":{"url":"https://attacker.example/in"}},
 		{"type":"kafka","kafka":{"brokers":["other:9092"],"topic":"t","sasl":{"mechanism":"plain","username":"u","password":"pw2"}}},
 		{"type":"nats","nats":{"url":"nats://elsewhere:4222","subject":"s"}}]}`))
@@ -240,11 +253,11 @@ func TestUpdate_SecretNeverFollowsAChangedDestination(t *testing.T) {
 }
 
 func TestUpdate_ReplacedSinksAreClosed(t *testing.T) {
-	e := sourcestest.New(t, sourcestest.Options{})
-	if _, err := e.Manager.Create("acme", "orders", parse(t, `{"sinks":[{"type":"log"},{"id":"copy","type":"log"}]}`)); err != nil {
+	e := apptest.SourcesEnv(t, sourcestest.Options{})
+	if _, err := e.Manager.Create("acme", "orders", block(t, `{"sinks":[{"type":"log"},{"id":"copy","type":"log"}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Manager.Update("acme", "orders", parse(t, `{"sinks":[{"type":"log"}]}`)); err != nil {
+	if _, err := e.Manager.Update("acme", "orders", block(t, `{"sinks":[{"type":"log"}]}`)); err != nil {
 		t.Fatal(err)
 	}
 	if b, c := e.Sinks.Built(), e.Sinks.Closed(); b != 3 || c != 2 {
@@ -257,13 +270,13 @@ func TestUpdate_ReplacedSinksAreClosed(t *testing.T) {
 }
 
 func TestCreate_ConcurrentGetDistinctSinkNumbers(t *testing.T) {
-	e := sourcestest.New(t, sourcestest.Options{})
+	e := apptest.SourcesEnv(t, sourcestest.Options{})
 	const n = 16
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Go(func() {
-			_, err := e.Manager.Create("acme", fmt.Sprintf("s%02d", i), parse(t, `{"sinks":[{"type":"log"},{"id":"b","type":"log"}]}`))
+			_, err := e.Manager.Create("acme", fmt.Sprintf("s%02d", i), block(t, `{"sinks":[{"type":"log"},{"id":"b","type":"log"}]}`))
 			errs <- err
 			_, _ = e.Manager.List("acme")
 		})
@@ -310,8 +323,8 @@ func TestLoad_RefusesBadRows(t *testing.T) {
 			_ = b.Close()
 			cfg := config.Default()
 			m := sources.New(sources.Options{
-				Store: st, Registry: edge.NewRegistry(nil), Dispatch: dispatch.New(st, dispatch.Options{}), Config: cfg,
-				BuildSink: nil, Logger: testutil.Logger(t),
+				Store: st, Registry: edge.NewRegistry(nil), Dispatch: dispatch.New(st, dispatch.Options{}),
+				Schema: app.SourceSchema(cfg, nil), Logger: testutil.Logger(t),
 			})
 			err := m.Load()
 			if err == nil || !strings.Contains(err.Error(), "acme.x") {
@@ -327,8 +340,8 @@ func TestLoad_RefusesBadRows(t *testing.T) {
 // once. Before the fix the manager wrote the rows itself from the API
 // goroutine and the gauge stayed short until a restart recounted.
 func TestDelete_DeadLetterCountsInTheDeadGaugeWithoutARestart(t *testing.T) {
-	e := sourcestest.New(t, sourcestest.Options{Dispatch: true})
-	if _, err := e.Manager.Create("acme", "orders", parse(t, `{"sinks":[{"type":"log"},{"id":"copy","type":"log"}]}`)); err != nil {
+	e := apptest.SourcesEnv(t, sourcestest.Options{Dispatch: true})
+	if _, err := e.Manager.Create("acme", "orders", block(t, `{"sinks":[{"type":"log"},{"id":"copy","type":"log"}]}`)); err != nil {
 		t.Fatal(err)
 	}
 	// Every attempt fails once and its row waits an hour for the retry:

@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/queue"
@@ -32,19 +31,25 @@ import (
 
 // Options shape an Env.
 type Options struct {
+	// Schema makes the Manager's source rules over build, the constructor
+	// of the recording sinks (a sink's id in, its recorder out). Required;
+	// tests pass the app's (app.SourceSchema over a config whose
+	// source_store.type is persistent), so that the rules are the binary's.
+	Schema func(build func(sinkID string) (sink.Sink, error)) sources.Schema
 	// Routing is http.routing: path (default) or tenant_path.
 	Routing string
+	// Prefix is http.prefix ("/webhooks" if empty).
+	Prefix string
+	// MaxBodyBytes is http.max_body_bytes (8 000 000 if 0).
+	MaxBodyBytes int64
 	// Dispatch starts the dispatcher. Without it every committed hook
 	// stays due, which makes pending deliveries deterministic.
 	Dispatch bool
-	// Configure, when set, edits the config before anything is built.
-	Configure func(*config.Config)
 }
 
 // Env is one running instance around a Manager.
 type Env struct {
 	Dir      string
-	Config   *config.Config
 	Store    *store.Store
 	Queue    *queue.Queue
 	Dispatch *dispatch.Dispatcher
@@ -63,20 +68,19 @@ type Env struct {
 // New starts an Env in a fresh directory; it stops when the test ends.
 func New(t testing.TB, o Options) *Env {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Node.Instance = "sources-test"
-	cfg.Sources = nil
-	cfg.SourceStore.Type = config.SourceStorePersistent
-	if o.Routing != "" {
-		cfg.HTTP.Routing = o.Routing
+	if o.Schema == nil {
+		t.Fatal("sourcestest: Options.Schema is required")
 	}
-	if o.Configure != nil {
-		o.Configure(cfg)
+	if o.Routing == "" {
+		o.Routing = "path"
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("test config: %v", err)
+	if o.Prefix == "" {
+		o.Prefix = "/webhooks"
 	}
-	e := &Env{Dir: filepath.Join(t.TempDir(), "store"), Config: cfg, Sinks: newSinks(), o: o}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = 8_000_000
+	}
+	e := &Env{Dir: filepath.Join(t.TempDir(), "store"), Sinks: newSinks(), o: o}
 	e.start(t)
 	t.Cleanup(func() { e.stop() })
 	return e
@@ -119,12 +123,11 @@ func (e *Env) start(t testing.TB) {
 	})
 	reg := edge.NewRegistry(nil)
 	m := sources.New(sources.Options{
-		Store: st, Registry: reg, Dispatch: d, Config: e.Config,
-		BuildSink: e.Sinks.build, Logger: log,
+		Store: st, Registry: reg, Dispatch: d, Schema: e.o.Schema(e.Sinks.build),
+		Routing: e.o.Routing, Prefix: e.o.Prefix, Logger: log,
 	})
-	h := e.Config.HTTP
 	srv := httptest.NewServer(edge.New(edge.Options{
-		Routing: h.Routing, Prefix: h.Prefix, MaxBodyBytes: h.MaxBodyBytes,
+		Routing: e.o.Routing, Prefix: e.o.Prefix, MaxBodyBytes: e.o.MaxBodyBytes,
 		Sources: reg, Committer: q, Observer: nopObserver{}, Logger: log,
 	}))
 	started := false
@@ -300,14 +303,14 @@ func wait(t testing.TB, ch chan Delivery, what string) Delivery {
 	}
 }
 
-func (s *Sinks) build(k config.SinkConfig) (sink.Sink, error) {
+func (s *Sinks) build(id string) (sink.Sink, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.buildErr != nil {
 		return nil, s.buildErr
 	}
 	s.built++
-	return &recorder{id: k.ID, s: s}, nil
+	return &recorder{id: id, s: s}, nil
 }
 
 type recorder struct {
