@@ -4,7 +4,6 @@ package app
 // intake log (in.intake) to take the log down, which no public seam allows.
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -41,20 +40,7 @@ func startDualForTest(t *testing.T) (*Instance, *memory.Log) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test config is invalid: %v", err)
 	}
-	in, err := New(cfg, Options{Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	if err := in.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := in.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	in := startForTest(t, cfg)
 	lg, ok := in.intake.(*memory.Log)
 	if !ok {
 		t.Fatalf("intake is %T, want *memory.Log", in.intake)

@@ -27,6 +27,7 @@ import (
 	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/testutil"
+	"github.com/ankusa/ankusa/internal/testutil/apptest"
 	"github.com/ankusa/ankusa/internal/testutil/natscluster"
 )
 
@@ -212,20 +213,7 @@ func startBenchInstance(b *testing.B, sinkURL string, tweak func(*config.Config)
 		b.Fatalf("bench config is invalid: %v", err)
 	}
 	logger := slog.New(slog.NewTextHandler(benchLogWriter{b}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	in, err := app.New(cfg, app.Options{Logger: logger})
-	if err != nil {
-		b.Fatalf("app.New: %v", err)
-	}
-	if err := in.Start(); err != nil {
-		b.Fatalf("Start: %v", err)
-	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := in.Stop(ctx); err != nil {
-			b.Errorf("Stop: %v", err)
-		}
-	})
+	in := apptest.Start(b, cfg, app.Options{Logger: logger})
 	// As a load balancer does: wait for GET /ready (under dual, the intake
 	// adapter has seen the log answer).
 	testutil.Eventually(b, waitFor, "GET /ready to answer 200", func() bool {
