@@ -192,22 +192,7 @@ func benchMode(b *testing.B, mode string) benchResult {
 // with one http sink posting to sinkURL; only warnings are logged.
 func startBenchInstance(b *testing.B, sinkURL string, tweak func(*config.Config)) *app.Instance {
 	b.Helper()
-	cfg := config.Default()
-	cfg.Node.Instance = "e2e-bench"
-	cfg.Node.DataDir = b.TempDir()
-	cfg.HTTP.IP, cfg.HTTP.Port = "127.0.0.1", 0
-	cfg.Admin.IP, cfg.Admin.Port = "127.0.0.1", 0
-	cfg.Dispatch.PollMs = 100
-	cfg.Dispatch.AttemptTimeoutMs = 5_000
-	cfg.Sources = map[string]config.SourceConfig{
-		sourceID: {
-			Verify: config.VerifyConfig{Type: "none"},
-			Sinks: []config.SinkConfig{{
-				ID: sinkID, Type: "http",
-				HTTP: &config.HTTPSink{URL: sinkURL, TimeoutMs: 5_000},
-			}},
-		},
-	}
+	cfg := baseConfig("e2e-bench", b.TempDir(), sinkURL)
 	tweak(cfg)
 	if err := cfg.Validate(); err != nil {
 		b.Fatalf("bench config is invalid: %v", err)

@@ -20,23 +20,8 @@ import (
 // memory intake log in intakeDir, as node.
 func dualConfig(t *testing.T, rc *receiver, dataDir, intakeDir, node string) *config.Config {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Node.Instance = "e2e-dual"
-	cfg.Node.DataDir = dataDir
-	cfg.HTTP.IP, cfg.HTTP.Port = "127.0.0.1", 0
-	cfg.Admin.IP, cfg.Admin.Port = "127.0.0.1", 0
+	cfg := baseConfig("e2e-dual", dataDir, rc.srv.URL+"/hooks")
 	cfg.Retry.BaseMs, cfg.Retry.MaxMs = 10, 40
-	cfg.Dispatch.PollMs = 100
-	cfg.Dispatch.AttemptTimeoutMs = 5_000
-	cfg.Sources = map[string]config.SourceConfig{
-		sourceID: {
-			Verify: config.VerifyConfig{Type: "none"},
-			Sinks: []config.SinkConfig{{
-				ID: sinkID, Type: "http",
-				HTTP: &config.HTTPSink{URL: rc.srv.URL + "/hooks", TimeoutMs: 5_000},
-			}},
-		},
-	}
 	cfg.WAL.Type = "dual"
 	cfg.Intake.Type = "memory"
 	cfg.Intake.NodeID = node

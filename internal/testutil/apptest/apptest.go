@@ -60,3 +60,21 @@ func StartStoppable(t testing.TB, cfg *config.Config, opts app.Options) (*app.In
 	t.Cleanup(stop)
 	return in, stop
 }
+
+// Boot builds, starts and stops an instance from cfg and returns the first
+// error of the three, for a test about whether a boot is refused.
+func Boot(t testing.TB, cfg *config.Config, opts app.Options) error {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = testutil.Logger(t)
+	}
+	in, err := app.New(cfg, opts)
+	if err != nil {
+		return err
+	}
+	err = in.Start()
+	if serr := in.Stop(context.Background()); err == nil {
+		err = serr
+	}
+	return err
+}
