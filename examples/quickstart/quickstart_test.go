@@ -7,7 +7,6 @@ package quickstart_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/testutil"
+	"github.com/ankusa/ankusa/internal/testutil/apptest"
 )
 
 // waitFor bounds every wait; reaching it is a failure, never part of a
@@ -267,20 +267,7 @@ func start(t *testing.T, sinkURL string) *quickstart {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config with the test's sink URL: %v", err)
 	}
-	in, err := app.New(cfg, app.Options{Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	if err := in.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := in.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	in := apptest.Start(t, cfg, app.Options{})
 	return &quickstart{t: t, ingest: "http://" + in.IngestAddr(), admin: "http://" + in.AdminAddr()}
 }
 

@@ -4,7 +4,6 @@ package app
 // intake log (in.intake) to take the log down, which no public seam allows.
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/intake/memory"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
@@ -22,39 +20,10 @@ import (
 // config.Default()'s demo source and intake.retry_after_s 7.
 func startDualForTest(t *testing.T) (*Instance, *memory.Log) {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Node.Instance = "app-dual"
-	cfg.Node.DataDir = t.TempDir()
-	cfg.HTTP.IP, cfg.HTTP.Port = "127.0.0.1", 0
-	cfg.Admin.IP, cfg.Admin.Port = "127.0.0.1", 0
-	cfg.WAL.Type = "dual"
-	cfg.Intake.Type = "memory"
-	cfg.Intake.NodeID = "node-a"
-	cfg.Intake.Memory = &config.IntakeMemory{Path: filepath.Join(t.TempDir(), "intake")}
+	cfg := dualNodeConfig(t, filepath.Join(t.TempDir(), "intake"))
+	// A plain range-checked number: nothing Validate derives depends on it.
 	cfg.Intake.RetryAfterS = 7
-	cfg.Intake.ProbeMs = 100
-	// Dual requires backups (the backup plus the log is the recovery point).
-	cfg.Backup = config.BackupConfig{
-		Enabled: true, IntervalMs: 3_600_000, MaxAgeMs: 7_200_000, Keep: 3,
-		Primary: "file://" + filepath.Join(t.TempDir(), "backups"), SigningKey: "0123456789abcdef-test",
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("test config is invalid: %v", err)
-	}
-	in, err := New(cfg, Options{Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	if err := in.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := in.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	in := startForTest(t, cfg)
 	lg, ok := in.intake.(*memory.Log)
 	if !ok {
 		t.Fatalf("intake is %T, want *memory.Log", in.intake)

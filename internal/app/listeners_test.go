@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ankusa/ankusa/internal/config"
-	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 // startDiskForTest runs a wal.type: disk instance with config.Default()'s
@@ -27,20 +25,7 @@ func startDiskForTest(t *testing.T, mut func(c *config.Config)) *Instance {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test config is invalid: %v", err)
 	}
-	in, err := New(cfg, Options{Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	if err := in.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := in.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	in := startForTest(t, cfg)
 	return in
 }
 

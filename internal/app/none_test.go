@@ -1,18 +1,15 @@
 package app
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/store"
-	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 // wal.type: none end to end through a real instance and a real HTTP sink:
@@ -55,18 +52,7 @@ func TestWALNone_AckOnlyOnceEverySinkConfirmed(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	in, err := New(cfg, Options{Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := in.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = in.Stop(ctx)
-	})
+	in := startForTest(t, cfg)
 	if line := in.DurabilityLine(); !strings.Contains(line, "wal.type=none") || !strings.Contains(line, "every sink of the hook confirmed") {
 		t.Fatalf("startup line %q does not state the mode's promise", line)
 	}

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -43,18 +42,7 @@ func startTLSForTest(t *testing.T, ca *testutil.CA, mutual bool) (*Instance, tls
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	in, err := New(cfg, Options{Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	if err := in.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = in.Stop(ctx)
-	})
+	in := startForTest(t, cfg)
 	return in, f
 }
 

@@ -316,7 +316,9 @@ func (a *Archive) read(ctx context.Context, key string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("archive: read: %w", err)
 	}
-	defer r.Close()
+	// A read side: the signature check, not Close, says whether the object
+	// is whole.
+	defer func() { _ = r.Close() }()
 	b, err := io.ReadAll(io.LimitReader(r, maxObject+1))
 	if err != nil {
 		return nil, fmt.Errorf("archive: read %s: %w", key, err)

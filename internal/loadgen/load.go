@@ -293,7 +293,7 @@ func (r *runner) attempt(ctx context.Context, url, key string, body []byte) (res
 		res.End, res.Error = time.Now(), err.Error()
 		return res, "", false, -1
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // the answer is read whole below
 	var ans struct {
 		ID        string `json:"id"`
 		Duplicate bool   `json:"duplicate"`

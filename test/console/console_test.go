@@ -31,6 +31,7 @@ import (
 	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/testutil"
+	"github.com/ankusa/ankusa/internal/testutil/apptest"
 )
 
 const (
@@ -109,20 +110,7 @@ func start(t *testing.T, rc *receiver) *instance {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test config is invalid: %v", err)
 	}
-	in, err := app.New(cfg, app.Options{Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	if err := in.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := in.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	in := apptest.Start(t, cfg, app.Options{})
 	return &instance{Instance: in, t: t, admin: "http://" + in.AdminAddr()}
 }
 

@@ -2,7 +2,6 @@ package deploy_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/testutil"
+	"github.com/ankusa/ankusa/internal/testutil/apptest"
 )
 
 // repoRoot is the module root: test/deploy is two levels down.
@@ -105,20 +105,7 @@ sources:
 	if err != nil {
 		t.Fatalf("test config: %v", err)
 	}
-	in, err := app.New(cfg, app.Options{Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	if err := in.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := in.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	in := apptest.Start(t, cfg, app.Options{})
 	resp, err := http.Post("http://"+in.IngestAddr()+"/webhooks/orders", "application/json", strings.NewReader(`{"n":1}`))
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/ankusa/ankusa/internal/intake/intaketest"
 	"github.com/ankusa/ankusa/internal/intake/memory"
 	"github.com/ankusa/ankusa/internal/testutil"
+	"github.com/ankusa/ankusa/internal/testutil/apptest"
 )
 
 func withBackups(loc string) func(*config.Config) {
@@ -186,25 +187,12 @@ func TestE2E_TruncatedLogRefusesARestoredStoreAtEveryBoot(t *testing.T) {
 	_ = lg.Close()
 
 	dataDir := t.TempDir()
-	cfg := config.Default()
-	cfg.Node.Instance, cfg.Node.DataDir = "e2e", dataDir
-	cfg.HTTP.IP, cfg.HTTP.Port = "127.0.0.1", 0
-	cfg.Admin.IP, cfg.Admin.Port = "127.0.0.1", 0
+	cfg := loopbackConfig("e2e", dataDir)
 	chain(dualOn(logDir, dataDir), withBackups(loc))(cfg)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	boot := func() error {
-		in, err := app.New(cfg, app.Options{Logger: testutil.Logger(t)})
-		if err != nil {
-			return err
-		}
-		err = in.Start()
-		if serr := in.Stop(context.Background()); err == nil {
-			err = serr
-		}
-		return err
-	}
+	boot := func() error { return apptest.Boot(t, cfg, app.Options{}) }
 	for i := range 2 {
 		if err := boot(); err == nil || !strings.Contains(err.Error(), "intake_truncated") {
 			t.Fatalf("boot %d of the restored store: %v, want intake_truncated", i+1, err)
@@ -243,25 +231,12 @@ func TestE2E_TruncatedLogRefusesAFreshStoreAtEveryBoot(t *testing.T) {
 	_ = lg.Close()
 
 	dataDir := t.TempDir()
-	cfg := config.Default()
-	cfg.Node.Instance, cfg.Node.DataDir = "e2e", dataDir
-	cfg.HTTP.IP, cfg.HTTP.Port = "127.0.0.1", 0
-	cfg.Admin.IP, cfg.Admin.Port = "127.0.0.1", 0
+	cfg := loopbackConfig("e2e", dataDir)
 	chain(dualOn(logDir, dataDir), withBackups(t.TempDir()))(cfg) // an empty backup location
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	boot := func() error {
-		in, err := app.New(cfg, app.Options{Logger: testutil.Logger(t)})
-		if err != nil {
-			return err
-		}
-		err = in.Start()
-		if serr := in.Stop(context.Background()); err == nil {
-			err = serr
-		}
-		return err
-	}
+	boot := func() error { return apptest.Boot(t, cfg, app.Options{}) }
 	for i := range 2 {
 		if err := boot(); err == nil || !strings.Contains(err.Error(), "intake_truncated") {
 			t.Fatalf("boot %d of the fresh store: %v, want intake_truncated", i+1, err)

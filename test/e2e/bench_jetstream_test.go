@@ -27,6 +27,7 @@ import (
 	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/testutil"
+	"github.com/ankusa/ankusa/internal/testutil/apptest"
 	"github.com/ankusa/ankusa/internal/testutil/natscluster"
 )
 
@@ -191,41 +192,13 @@ func benchMode(b *testing.B, mode string) benchResult {
 // with one http sink posting to sinkURL; only warnings are logged.
 func startBenchInstance(b *testing.B, sinkURL string, tweak func(*config.Config)) *app.Instance {
 	b.Helper()
-	cfg := config.Default()
-	cfg.Node.Instance = "e2e-bench"
-	cfg.Node.DataDir = b.TempDir()
-	cfg.HTTP.IP, cfg.HTTP.Port = "127.0.0.1", 0
-	cfg.Admin.IP, cfg.Admin.Port = "127.0.0.1", 0
-	cfg.Dispatch.PollMs = 100
-	cfg.Dispatch.AttemptTimeoutMs = 5_000
-	cfg.Sources = map[string]config.SourceConfig{
-		sourceID: {
-			Verify: config.VerifyConfig{Type: "none"},
-			Sinks: []config.SinkConfig{{
-				ID: sinkID, Type: "http",
-				HTTP: &config.HTTPSink{URL: sinkURL, TimeoutMs: 5_000},
-			}},
-		},
-	}
+	cfg := baseConfig("e2e-bench", b.TempDir(), sinkURL)
 	tweak(cfg)
 	if err := cfg.Validate(); err != nil {
 		b.Fatalf("bench config is invalid: %v", err)
 	}
 	logger := slog.New(slog.NewTextHandler(benchLogWriter{b}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	in, err := app.New(cfg, app.Options{Logger: logger})
-	if err != nil {
-		b.Fatalf("app.New: %v", err)
-	}
-	if err := in.Start(); err != nil {
-		b.Fatalf("Start: %v", err)
-	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := in.Stop(ctx); err != nil {
-			b.Errorf("Stop: %v", err)
-		}
-	})
+	in := apptest.Start(b, cfg, app.Options{Logger: logger})
 	// As a load balancer does: wait for GET /ready (under dual, the intake
 	// adapter has seen the log answer).
 	testutil.Eventually(b, waitFor, "GET /ready to answer 200", func() bool {

@@ -1,13 +1,10 @@
 package e2e_test
 
 import (
-	"context"
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -16,29 +13,15 @@ import (
 	"github.com/ankusa/ankusa/internal/intake/memory"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
+	"github.com/ankusa/ankusa/internal/testutil/apptest"
 )
 
 // dualConfig is startInstance's configuration under wal.type: dual on the
 // memory intake log in intakeDir, as node.
 func dualConfig(t *testing.T, rc *receiver, dataDir, intakeDir, node string) *config.Config {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Node.Instance = "e2e-dual"
-	cfg.Node.DataDir = dataDir
-	cfg.HTTP.IP, cfg.HTTP.Port = "127.0.0.1", 0
-	cfg.Admin.IP, cfg.Admin.Port = "127.0.0.1", 0
+	cfg := baseConfig("e2e-dual", dataDir, rc.srv.URL+"/hooks")
 	cfg.Retry.BaseMs, cfg.Retry.MaxMs = 10, 40
-	cfg.Dispatch.PollMs = 100
-	cfg.Dispatch.AttemptTimeoutMs = 5_000
-	cfg.Sources = map[string]config.SourceConfig{
-		sourceID: {
-			Verify: config.VerifyConfig{Type: "none"},
-			Sinks: []config.SinkConfig{{
-				ID: sinkID, Type: "http",
-				HTTP: &config.HTTPSink{URL: rc.srv.URL + "/hooks", TimeoutMs: 5_000},
-			}},
-		},
-	}
 	cfg.WAL.Type = "dual"
 	cfg.Intake.Type = "memory"
 	cfg.Intake.NodeID = node
@@ -54,24 +37,7 @@ func dualConfig(t *testing.T, rc *receiver, dataDir, intakeDir, node string) *co
 // which may be called early (it is also a cleanup) and runs once.
 func startDual(t *testing.T, cfg *config.Config) (*instance, func()) {
 	t.Helper()
-	in, err := app.New(cfg, app.Options{Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	if err := in.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := in.Stop(ctx); err != nil {
-				t.Errorf("Stop: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	in, stop := apptest.StartStoppable(t, cfg, app.Options{})
 	return &instance{Instance: in, t: t, admin: "http://" + in.AdminAddr()}, stop
 }
 

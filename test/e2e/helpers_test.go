@@ -7,7 +7,6 @@ package e2e_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/testutil"
+	"github.com/ankusa/ankusa/internal/testutil/apptest"
 )
 
 const (
@@ -147,17 +147,20 @@ type instance struct {
 	admin string // http://host:port of the operator API
 }
 
-// startInstance runs an instance whose source "orders" has one http sink
-// "receiver" posting to rc. tweak adjusts the config before start.
-func startInstance(t *testing.T, rc *receiver, tweak func(*config.Config)) *instance {
-	t.Helper()
+// loopbackConfig is config.Default() as instance over dataDir, with both
+// listeners on loopback port 0.
+func loopbackConfig(instance, dataDir string) *config.Config {
 	cfg := config.Default()
-	cfg.Node.Instance = "e2e"
-	cfg.Node.DataDir = t.TempDir()
+	cfg.Node.Instance, cfg.Node.DataDir = instance, dataDir
 	cfg.HTTP.IP, cfg.HTTP.Port = "127.0.0.1", 0
 	cfg.Admin.IP, cfg.Admin.Port = "127.0.0.1", 0
-	// Small retry delays: only a Retry-After can explain a long wait.
-	cfg.Retry.BaseMs, cfg.Retry.MaxMs = 10, 40
+	return cfg
+}
+
+// baseConfig is loopbackConfig whose only source "orders" has one http
+// sink "receiver" posting to sinkURL, polled every 100 ms.
+func baseConfig(instance, dataDir, sinkURL string) *config.Config {
+	cfg := loopbackConfig(instance, dataDir)
 	cfg.Dispatch.PollMs = 100
 	cfg.Dispatch.AttemptTimeoutMs = 5_000
 	cfg.Sources = map[string]config.SourceConfig{
@@ -165,30 +168,27 @@ func startInstance(t *testing.T, rc *receiver, tweak func(*config.Config)) *inst
 			Verify: config.VerifyConfig{Type: "none"},
 			Sinks: []config.SinkConfig{{
 				ID: sinkID, Type: "http",
-				HTTP: &config.HTTPSink{URL: rc.srv.URL + "/hooks", TimeoutMs: 5_000},
+				HTTP: &config.HTTPSink{URL: sinkURL, TimeoutMs: 5_000},
 			}},
 		},
 	}
+	return cfg
+}
+
+// startInstance runs an instance whose source "orders" has one http sink
+// "receiver" posting to rc. tweak adjusts the config before start.
+func startInstance(t *testing.T, rc *receiver, tweak func(*config.Config)) *instance {
+	t.Helper()
+	cfg := baseConfig("e2e", t.TempDir(), rc.srv.URL+"/hooks")
+	// Small retry delays: only a Retry-After can explain a long wait.
+	cfg.Retry.BaseMs, cfg.Retry.MaxMs = 10, 40
 	if tweak != nil {
 		tweak(cfg)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("test config is invalid: %v", err)
 	}
-	in, err := app.New(cfg, app.Options{Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	if err := in.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := in.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	in := apptest.Start(t, cfg, app.Options{})
 	return &instance{Instance: in, t: t, admin: "http://" + in.AdminAddr()}
 }
 

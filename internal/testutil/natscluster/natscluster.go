@@ -164,7 +164,8 @@ func FreePorts(n int) ([]int, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer l.Close()
+		// Held open until all n are picked, so none repeats.
+		defer func() { _ = l.Close() }()
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil

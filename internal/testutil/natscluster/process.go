@@ -119,11 +119,11 @@ func (c *Cluster) startProcs(wait time.Duration, which ...int) error {
 		cmd := exec.Command(c.bin, "-c", c.confPath(i))
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
-			logf.Close()
+			_ = logf.Close() // the start error is the one to report
 			return fmt.Errorf("server n%d: %w", i+1, err)
 		}
 		p := &proc{cmd: cmd, done: make(chan struct{})}
-		go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
+		go func() { _ = cmd.Wait(); _ = logf.Close(); close(p.done) }()
 		c.mu.Lock()
 		c.procs[i] = p
 		c.mu.Unlock()
@@ -142,8 +142,9 @@ func (c *Cluster) startProcs(wait time.Duration, which ...int) error {
 			if err != nil {
 				return false
 			}
-			resp.Body.Close()
-			return true // listening; healthy is WaitMetaLeader's
+			// Listening is all this waits for (healthy is WaitMetaLeader's).
+			_ = resp.Body.Close()
+			return true
 		})
 		if p.exited() {
 			return fmt.Errorf("server n%d (ports %d, %d, %d) exited at start: %s", i+1, c.opts[i].Port, c.opts[i].Cluster.Port, c.opts[i].HTTPPort, c.logTail(i))
@@ -208,7 +209,7 @@ func (c *Cluster) waitHealthy(tb testing.TB) {
 			if err != nil {
 				return false
 			}
-			resp.Body.Close()
+			_ = resp.Body.Close() // only the status is read
 			if resp.StatusCode != http.StatusOK {
 				return false
 			}
