@@ -22,6 +22,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/admin"
 	"github.com/ankusa/ankusa/internal/archive"
+	"github.com/ankusa/ankusa/internal/backup"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dedupe"
 	"github.com/ankusa/ankusa/internal/direct"
@@ -96,7 +97,7 @@ type Instance struct {
 	stopped    atomic.Bool
 	// recovering: boot recovery is running; ingest and /ready answer 503.
 	recovering atomic.Bool
-	backups    *backupLoop // nil unless backup.enabled
+	backups    *backup.Scheduler // nil unless backup.enabled
 	// archive and closeArchive are nil unless archive.enabled.
 	archive      *archive.Archive
 	closeArchive func()
@@ -112,10 +113,14 @@ type Instance struct {
 	ingest, adminSrv      *listen.Server
 	ingestLn, adminLn     net.Listener
 	certs                 []*certReloader // one per TLS listener; ReloadTLS swaps them
+
+	// closers close every component New opened, in the drain's order.
+	closers closers
+	built   bool // New returned the instance: Stop's closers take the final backup
 }
 
 // New opens the store and builds every component; nothing listens yet.
-func New(cfg *config.Config, o Options) (*Instance, error) {
+func New(cfg *config.Config, o Options) (_ *Instance, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -139,6 +144,32 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	in.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	in.metrics = metrics.New(in.reg)
 
+	// One cleanup path (closers.go): every component pushes its close once
+	// it is open; a failed New runs the stack here, Stop runs it after the
+	// listeners drained. The stack runs in reverse, so the pushes below are
+	// the drain's order read bottom-up, and New opens the components in
+	// the order that makes it so:
+	//
+	//  1. dispatch stops first: its cancelled attempts stay inflight and
+	//     return to due at the next start, and nothing it uses (the API
+	//     sources' sinks, the sinks, the archive) may close under it;
+	//  2. the API sources' sinks close once dispatch no longer calls them;
+	//  3. the queue syncs and answers its last groups (its records' 2xx
+	//     wait for that fsync), publishing to the intake under dual;
+	//  4. the fleet settler after the queue: its last held claims are
+	//     settled, not dropped;
+	//  5. the final backup after the queue's last sync, so its offset is
+	//     the log head and a replacement replays nothing it did not need to;
+	//  6. the archive, the sinks and the intake log, which nothing above
+	//     uses any more;
+	//  7. the store closes last.
+	var cl closers
+	defer func() {
+		if err != nil {
+			_ = cl.close(context.Background())
+		}
+	}()
+
 	// A 64 MiB memtable: hooks are written and, once delivered, deleted soon
 	// after, so most never need flushing; measured ~25% less CPU per 201.
 	storeDir := filepath.Join(cfg.Node.DataDir, "store")
@@ -153,30 +184,21 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStoreOpen, err)
 	}
+	cl.push(func(context.Context) error { return st.Close() }) // (7)
 	in.store = st
 	in.storeDir = storeDir
 	if o.FS == nil {
-		restored, err := mintIncarnation(st, storeDir)
+		restored, err := backup.MintIncarnation(incarnations{st}, storeDir)
 		if err != nil {
-			_ = st.Close()
 			return nil, fmt.Errorf("%w: %w", ErrStoreOpen, err)
 		}
 		in.restored = restored
 		if restored && cfg.WAL.Type != "dual" {
 			// Nothing checks a restored disk store against a log: done.
 			if err := clearRestoreMarker(storeDir); err != nil {
-				_ = st.Close()
 				return nil, err
 			}
 		}
-	}
-	if cfg.Backup.Enabled {
-		in.backups, err = newBackupLoop(context.Background(), cfg, st, in.metrics.BackupRun, o.Logger)
-		if err != nil {
-			_ = st.Close()
-			return nil, fmt.Errorf("backups: %w", err)
-		}
-		in.metrics.WatchBackupAge(in.backups.age) // registers the runs counter too, before the first run
 	}
 
 	var refs []store.SinkRef
@@ -187,38 +209,78 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	}
 	nums, err := st.SinkNumbers(refs)
 	if err != nil {
-		_ = st.Close()
 		return nil, err
 	}
 	in.nums = nums
 
-	targets, err := buildTargets(cfg, nums, o.Logger)
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	in.targets = targets
-	var disp *dispatch.Dispatcher // set below; the queue's OnDurable wakes it
-
-	onFatal := o.OnFatal
-	if onFatal == nil {
-		onFatal = func(err error) { in.log.Error("store cannot be reopened", "err", err) }
-	}
 	var dual *queue.DualOptions
 	if cfg.WAL.Type == "dual" {
 		if err := stampNode(st, cfg.Intake.NodeID); err != nil {
-			closeTargets(targets)
-			_ = st.Close()
 			return nil, err
 		}
 		in.intake, err = openIntake(cfg, o.Logger)
 		if err != nil {
-			closeTargets(targets)
-			_ = st.Close()
 			return nil, fmt.Errorf("open intake: %w", err)
 		}
+		cl.push(func(context.Context) error { _ = in.intake.Close(); return nil }) // (6)
 		in.metrics.InitIntake(func() (queue.DualStats, bool) { return in.queue.Dual() })
 		dual = dualOptions(cfg, in.intake, incarnation(st), in.metrics)
+	}
+	targets, err := buildTargets(cfg, nums, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	cl.pushFunc(func() { closeTargets(targets) }) // (6)
+	in.targets = targets
+
+	var arch dispatch.Archiver
+	if cfg.Archive.Enabled {
+		in.archive, in.closeArchive, err = openArchive(context.Background(), cfg, o.Logger)
+		if err != nil {
+			return nil, err
+		}
+		cl.pushFunc(in.closeArchive) // (6)
+		arch = in.archive
+	}
+	if cfg.Backup.Enabled {
+		in.backups, err = newScheduler(context.Background(), cfg, st, in.metrics.BackupRun, o.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("backups: %w", err)
+		}
+		// (5) Stop takes the final backup; a New that fails only closes
+		// the locations (in is never returned, so Stop cannot run).
+		cl.push(func(ctx context.Context) error {
+			if !in.built {
+				in.backups.Close()
+				return nil
+			}
+			return in.backups.Stop(ctx)
+		})
+		in.metrics.WatchBackupAge(in.backups.Age) // registers the runs counter too, before the first run
+	}
+
+	var claims dedupe.Claimer
+	if cfg.Dedupe.Scope == "fleet" {
+		in.fleet, err = dedupe.NewFleetClaims(dedupe.FleetOptions{
+			URL: cfg.Fleet.Redis.URL, Prefix: cfg.Fleet.KeyPrefix,
+			PendingTTL: time.Duration(cfg.Fleet.PendingTTLMs) * time.Millisecond,
+			Timeout:    time.Duration(cfg.Fleet.Redis.TimeoutMs) * time.Millisecond,
+			Observer:   in.metrics,
+		})
+		if err != nil {
+			return nil, err
+		}
+		in.metrics.InitFleet(in.fleet.Up)
+		// Sized like the pending set: every carried record may hold a claim.
+		in.settler = dedupe.NewSettler(in.fleet, max(cfg.Intake.Pending.MaxRecords, 1024), o.Logger)
+		cl.pushFunc(func() { in.settler.Stop(); _ = in.fleet.Close() }) // (4)
+		claims = in.fleet
+	}
+
+	var disp *dispatch.Dispatcher // set below; the queue's OnDurable wakes it
+	onFatal := o.OnFatal
+	if onFatal == nil {
+		onFatal = func(err error) { in.log.Error("store cannot be reopened", "err", err) }
 	}
 	b := cfg.Batcher
 	q, err := queue.New(st, queue.Options{
@@ -241,40 +303,18 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		},
 	})
 	if err != nil {
-		closeTargets(targets)
-		in.closeIntake()
-		_ = st.Close()
 		return nil, err
 	}
+	cl.pushFunc(q.Close) // (3)
 	in.queue = q
 	pen, err := quarantine.New(st, quarantine.Options{
 		MaxBytes: cfg.Quarantine.MaxBytes, Rate: cfg.Quarantine.Rate, Burst: cfg.Quarantine.Burst, Logger: o.Logger,
 	})
 	if err != nil {
-		closeTargets(targets)
-		in.closeIntake()
-		_ = st.Close()
 		return nil, err
 	}
 	// in.sources is set below, before anything runs; the release reads it late.
 	release := quarantine.NewRelease(pen, func(id string) (*edge.Source, bool) { return in.sources.Get(id) }, q)
-	var arch dispatch.Archiver
-	built := false // set just before New returns the instance
-	if cfg.Archive.Enabled {
-		in.archive, in.closeArchive, err = openArchive(context.Background(), cfg, o.Logger)
-		if err != nil {
-			closeTargets(targets)
-			in.closeIntake()
-			_ = st.Close()
-			return nil, err
-		}
-		arch = in.archive
-		defer func() {
-			if !built {
-				in.closeArchive() // New failed after the bucket was opened
-			}
-		}()
-	}
 	dc, rc := cfg.Dispatch, cfg.Retry
 	disp = dispatch.New(st, dispatch.Options{
 		Concurrency:      dc.Concurrency,
@@ -309,25 +349,6 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	in.metrics.WatchDispatch(disp.Gauges)
 	in.metrics.WatchQueue(q.Stats, st.DiskBytes)
 
-	var claims dedupe.Claimer
-	if cfg.Dedupe.Scope == "fleet" {
-		in.fleet, err = dedupe.NewFleetClaims(dedupe.FleetOptions{
-			URL: cfg.Fleet.Redis.URL, Prefix: cfg.Fleet.KeyPrefix,
-			PendingTTL: time.Duration(cfg.Fleet.PendingTTLMs) * time.Millisecond,
-			Timeout:    time.Duration(cfg.Fleet.Redis.TimeoutMs) * time.Millisecond,
-			Observer:   in.metrics,
-		})
-		if err != nil {
-			closeTargets(targets)
-			in.closeIntake()
-			_ = st.Close()
-			return nil, err
-		}
-		in.metrics.InitFleet(in.fleet.Up)
-		// Sized like the pending set: every carried record may hold a claim.
-		in.settler = dedupe.NewSettler(in.fleet, max(cfg.Intake.Pending.MaxRecords, 1024), o.Logger)
-		claims = in.fleet
-	}
 	deps := admin.Deps{Recovering: in.recovering.Load, Config: cfg, Store: st, Queue: q, Dispatch: disp, Quarantine: pen, Registry: in.reg, Version: o.Version, Commit: o.Commit, Logger: o.Logger}
 	if in.fleet != nil {
 		deps.Fleet = in.fleet
@@ -338,23 +359,17 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	health := admin.HealthHandler(deps, ready)
 	ingestMux.Handle("GET /health", health)
 	ingestMux.Handle("GET /ready", health)
-	sources, err := edge.SourcesFromConfig(cfg, nums)
+	sources, err := EdgeSources(cfg.Sources, nums)
 	in.sources = edge.NewRegistry(sources)
 	if err != nil {
-		in.closeIntake()
-		closeTargets(targets)
-		_ = st.Close()
 		return nil, err
 	}
 	in.limiter = newLimiter(cfg)
 	overrides, err := ratelimit.LoadOverrides(st, in.limiter, configuredLimits(cfg))
 	if err != nil {
-		in.closeIntake()
-		closeTargets(targets)
-		_ = st.Close()
 		return nil, err
 	}
-	ingestMux.Handle(cfg.HTTP.Prefix+"/", in.refuseWhileRecovering(edge.New(edge.Options{
+	ingestMux.Handle(cfg.HTTP.Prefix+"/", edge.RefuseWhile(in.recovering.Load, cfg.Intake.RetryAfterS, edge.New(edge.Options{
 		Routing:      cfg.HTTP.Routing,
 		Prefix:       cfg.HTTP.Prefix,
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
@@ -387,14 +402,16 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 	}
 	if cfg.SourceStore.Type == config.SourceStorePersistent {
 		in.apiSources = apisources.New(apiSourcesOptions(cfg, st, in.sources, disp, o.Logger))
+		cl.pushFunc(in.apiSources.Close) // (2)
 		if err := in.apiSources.Load(); err != nil {
-			in.closeIntake()
-			closeTargets(targets)
-			_ = st.Close()
 			return nil, fmt.Errorf("load API sources: %w", err)
 		}
 		deps.Sources = in.apiSources
 	}
+	// (1) Pushed last, though built before the queue: the API sources need
+	// the dispatcher, and it must stop before their sinks close. Nothing of
+	// it runs before StartContext, so a failed New has nothing to stop.
+	cl.pushFunc(disp.Stop)
 	deps.RateLimits = overrides
 	adminRead := time.Duration(cfg.Admin.ReadTimeoutMs) * time.Millisecond
 	in.adminOpts = listen.Options{
@@ -406,13 +423,11 @@ func New(cfg *config.Config, o Options) (*Instance, error) {
 		Logger:            o.Logger,
 	}
 	if err := in.capConns(); err != nil {
-		in.closeIntake()
-		closeTargets(targets)
-		_ = st.Close()
 		return nil, err
 	}
 	in.ingestOpts.TLS, in.adminOpts.TLS = ingestTLS, adminTLS
-	built = true
+	in.closers = cl
+	in.built = true
 	return in, nil
 }
 
@@ -439,12 +454,6 @@ func holder(q *queue.Queue, dual bool) edge.Holder {
 		return nil
 	}
 	return q
-}
-
-func (in *Instance) closeIntake() {
-	if in.intake != nil {
-		_ = in.intake.Close()
-	}
 }
 
 // DurabilityLine states in one line what a 2xx means in this mode; it is
@@ -529,7 +538,7 @@ func (in *Instance) StartContext(ctx context.Context) error {
 	}
 	in.queue.Start()
 	if in.backups != nil {
-		in.backups.start()
+		in.backups.Start()
 	}
 	if in.hasRole("dispatch") {
 		if err := in.disp.Start(); err != nil {
@@ -588,30 +597,9 @@ func (in *Instance) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("%w: %w", ErrDrainIncomplete, err))
 		}
 	}
-	// Dispatch stops first: its cancelled attempts stay inflight and return
-	// to due at the next start; then the queue syncs and answers its last
-	// groups; the store closes last.
-	in.disp.Stop()
-	if in.apiSources != nil {
-		in.apiSources.Close()
-	}
-	in.queue.Close()
-	if in.settler != nil {
-		// After the queue: its last held claims are settled, not dropped.
-		in.settler.Stop()
-		_ = in.fleet.Close()
-	}
-	if in.backups != nil {
-		// A clean stop leaves a final backup: its offset is the log head,
-		// so a replacement replays nothing it did not need to.
-		errs = append(errs, in.backups.stop(ctx))
-	}
-	if in.closeArchive != nil {
-		in.closeArchive()
-	}
-	closeTargets(in.targets)
-	in.closeIntake()
-	errs = append(errs, in.store.Close())
+	// Then every component, in the order New pushed them (see New): dispatch
+	// first, the queue's last fsync, the final backup, the store last.
+	errs = append(errs, in.closers.close(ctx))
 	in.log.Info("ankusa stopped")
 	return errors.Join(errs...)
 }
@@ -637,21 +625,6 @@ func configuredLimits(cfg *config.Config) map[string]ratelimit.Limit {
 		out[t] = ratelimit.Limit{Rate: l.Rate, Burst: l.Burst}
 	}
 	return out
-}
-
-// refuseWhileRecovering answers 503 intake_unavailable during boot
-// recovery: nothing may be committed before the log's tail is in the store.
-func (in *Instance) refuseWhileRecovering(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if in.recovering.Load() {
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Retry-After", strconv.Itoa(max(in.cfg.Intake.RetryAfterS, 1)))
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(`{"error":"intake_unavailable","reason":"recovering"}` + "\n"))
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 // Config is the instance's effective configuration.

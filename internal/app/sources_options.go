@@ -150,7 +150,7 @@ func (s sourceSchema) Build(id string, block json.RawMessage, nums map[store.Sin
 	if err != nil {
 		return nil, nil, err
 	}
-	srcs, err := edge.SourcesFromConfig(&config.Config{Sources: map[string]config.SourceConfig{id: sc}}, nums)
+	src, err := EdgeSource(id, sc, nums)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -158,7 +158,7 @@ func (s sourceSchema) Build(id string, block json.RawMessage, nums map[store.Sin
 	for _, k := range sc.Sinks {
 		builders = append(builders, sources.SinkBuilder{ID: k.ID, Build: func() (sink.Sink, error) { return s.buildSink(k) }})
 	}
-	return srcs[id], builders, nil
+	return src, builders, nil
 }
 
 // keepSecrets fills the secrets next leaves out (or sends back redacted)

@@ -24,3 +24,6 @@ func NewFileStoreWithSync(root string, sync func(path string, dir bool) error) (
 	}
 	return s, nil
 }
+
+// NextWait is the Scheduler's wait after a run.
+var NextWait = nextWait

@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dedupe"
 	"github.com/ankusa/ankusa/internal/direct"
 	"github.com/ankusa/ankusa/internal/queue"
@@ -64,7 +62,8 @@ type Source struct {
 	Dedupe *dedupe.Extractor
 	// Verifier is nil for verify.type none.
 	Verifier verify.Verifier
-	// OnFailure is the verify failure policy: reject | quarantine | accept_flag.
+	// OnFailure is the verify failure policy: OnFailureReject (also "") |
+	// OnFailureQuarantine | OnFailureAcceptFlag.
 	OnFailure string
 	// Handshake is the provider handshake the catch URL answers, nil for
 	// none (handshake.go).
@@ -73,6 +72,14 @@ type Source struct {
 	// answers under tenant_path (sources.<id>.tenants).
 	Tenants map[string]bool
 }
+
+// The verify failure policies of Source.OnFailure, the values of
+// sources.<id>.on_verify_failure.
+const (
+	OnFailureReject     = "reject"
+	OnFailureQuarantine = "quarantine"
+	OnFailureAcceptFlag = "accept_flag"
+)
 
 // Quarantine is the durable pen for hooks that failed verification under
 // on_verify_failure: quarantine. Hold returns nil once the hook is durably
@@ -161,35 +168,6 @@ func New(o Options) *Handler {
 	}
 	hso, _ := o.Observer.(HandshakeObserver)
 	return &Handler{o: o, log: o.Logger.With("component", "edge"), hso: hso}
-}
-
-// SourcesFromConfig builds the edge's view of the configured sources;
-// sinkNums are the store's stable sink numbers.
-func SourcesFromConfig(c *config.Config, sinkNums map[store.SinkRef]uint16) (map[string]*Source, error) {
-	out := make(map[string]*Source, len(c.Sources))
-	for id, sc := range c.Sources {
-		s := &Source{ID: id, Tenant: sc.Tenant, Dedupe: dedupe.New(dedupeOptions(sc.Dedupe)), OnFailure: sc.VerifyFailurePolicy(),
-			Handshake: newHandshake(sc)}
-		if len(sc.Tenants) > 0 {
-			s.Tenants = make(map[string]bool, len(sc.Tenants))
-			for _, t := range sc.Tenants {
-				s.Tenants[t] = true
-			}
-		}
-		if sc.Verify.Type != "" && sc.Verify.Type != "none" {
-			v, err := verify.New(sc.Verify.Spec())
-			if err != nil {
-				// Config validation ran the same check; this is a safety net.
-				return nil, fmt.Errorf("sources.%s.verify: %w", id, err)
-			}
-			s.Verifier = v
-		}
-		for _, sk := range sc.Sinks {
-			s.Sinks = append(s.Sinks, queue.SinkRef{Num: sinkNums[store.SinkRef{Source: id, Sink: sk.ID}], ID: sk.ID})
-		}
-		out[id] = s
-	}
-	return out, nil
 }
 
 // route splits the path after the prefix into tenant and source.
@@ -288,7 +266,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if verr := verifyRequest(src.Verifier, r, body, start); verr != nil {
 			reason := string(verify.ReasonOf(verr))
 			switch src.OnFailure {
-			case config.OnVerifyFailureQuarantine:
+			case OnFailureQuarantine:
 				if h.o.Quarantine != nil {
 					h.quarantine(w, r, start, src, tenant, headers, body, reason)
 					return
@@ -296,7 +274,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				h.reject(w, start, src.ID, http.StatusUnauthorized, "verification_failed",
 					map[string]any{"error": "verification_failed", "reason": reason})
 				return
-			case config.OnVerifyFailureAcceptFlag:
+			case OnFailureAcceptFlag:
 				// Committed, marked, and never deduped: a forged request must
 				// not be able to claim a real hook's dedupe key.
 				flagged = true

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/verify"
 )
 
@@ -61,15 +60,24 @@ type Handshake struct {
 	verifyToken string // meta: "" refuses every subscription GET
 }
 
-// newHandshake is the source's handshake, nil for none.
-func newHandshake(sc config.SourceConfig) *Handshake {
-	p := sc.HandshakeProvider()
-	if p == "" {
+// HandshakeOptions are the settings of one source's provider handshake.
+type HandshakeOptions struct {
+	// Provider is one of the Handshake* providers; "" is none.
+	Provider string
+	// VerifyToken is meta's verify_token; "" refuses every subscription GET.
+	VerifyToken string
+	// ZoomSecret is zoom's newest secret token.
+	ZoomSecret string
+}
+
+// NewHandshake is a source's handshake, nil for none.
+func NewHandshake(o HandshakeOptions) *Handshake {
+	if o.Provider == "" {
 		return nil
 	}
-	hs := &Handshake{Provider: p, verifyToken: sc.Verify.VerifyToken}
-	if p == HandshakeZoom && len(sc.Verify.Secret) > 0 {
-		hs.zoomKey = []byte(sc.Verify.Secret[0])
+	hs := &Handshake{Provider: o.Provider, verifyToken: o.VerifyToken}
+	if o.Provider == HandshakeZoom && o.ZoomSecret != "" {
+		hs.zoomKey = []byte(o.ZoomSecret)
 	}
 	return hs
 }

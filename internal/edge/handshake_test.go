@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/queue"
@@ -53,7 +54,7 @@ const (
 )
 
 // handshakeServer runs the edge for sources built from a config, as the
-// binary builds them (edge.SourcesFromConfig).
+// binary builds them (app.EdgeSources).
 func handshakeServer(t *testing.T, yml string) (*httptest.Server, *queue.Queue, *handshakeLog) {
 	t.Helper()
 	h, q, obs := handshakeHandler(t, yml)
@@ -81,7 +82,7 @@ func handshakeHandler(t testing.TB, yml string) (http.Handler, *queue.Queue, *ha
 	if err != nil {
 		t.Fatal(err)
 	}
-	srcs, err := edge.SourcesFromConfig(c, nums)
+	srcs, err := app.EdgeSources(c.Sources, nums)
 	if err != nil {
 		t.Fatal(err)
 	}

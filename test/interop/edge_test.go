@@ -18,11 +18,35 @@ import (
 	svix "github.com/svix/svix-webhooks/go"
 
 	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/dedupe"
 	"github.com/ankusa/ankusa/internal/edge"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
+	"github.com/ankusa/ankusa/internal/verify"
 )
+
+// edgeSources builds the edge's sources from c as app.EdgeSources does,
+// for what this test exercises (verifier, dedupe, sinks). Not app itself:
+// it would link every adapter (S3, Kafka, NATS…) into this module.
+func edgeSources(c *config.Config, nums map[store.SinkRef]uint16) (map[string]*edge.Source, error) {
+	out := map[string]*edge.Source{}
+	for id, sc := range c.Sources {
+		v, err := verify.New(sc.Verify.Spec())
+		if err != nil {
+			return nil, err
+		}
+		s := &edge.Source{ID: id, Verifier: v}
+		if d := sc.Dedupe; d != nil {
+			s.Dedupe = dedupe.New(&dedupe.Options{Preset: d.Preset, Header: d.Header, JSON: d.JSON, TTL: time.Duration(d.TTLSeconds) * time.Second})
+		}
+		for _, k := range sc.Sinks {
+			s.Sinks = append(s.Sinks, queue.SinkRef{Num: nums[store.SinkRef{Source: id, Sink: k.ID}], ID: k.ID})
+		}
+		out[id] = s
+	}
+	return out, nil
+}
 
 type nopObserver struct{}
 
@@ -74,7 +98,7 @@ sources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	srcs, err := edge.SourcesFromConfig(c, nums)
+	srcs, err := edgeSources(c, nums)
 	if err != nil {
 		t.Fatal(err)
 	}
