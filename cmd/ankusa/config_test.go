@@ -1,4 +1,4 @@
-package ops_test
+package main
 
 import (
 	"bytes"
@@ -9,15 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/ankusa/ankusa/internal/ops"
 )
 
 const checkSecret = "s3cr3t-from-the-environment-4711"
 
-// checkConfig is a file as a Helm chart renders it: the secret comes from
+// checkConfigYAML is a file as a Helm chart renders it: the secret comes from
 // the environment through ${VAR}.
-const checkConfig = `
+const checkConfigYAML = `
 node:
   instance: ankusa-0
   data_dir: /data
@@ -49,10 +47,10 @@ func env(kv ...string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
-func TestCheckConfig_ValidPrintsEffectiveConfigRedacted(t *testing.T) {
-	path := writeConfig(t, checkConfig)
+func TestConfigCheck_ValidPrintsEffectiveConfigRedacted(t *testing.T) {
+	path := writeConfig(t, checkConfigYAML)
 	var out bytes.Buffer
-	cfg, err := ops.CheckConfig(path, env("GITHUB_WEBHOOK_SECRET", checkSecret), &out)
+	cfg, err := checkConfig(path, env("GITHUB_WEBHOOK_SECRET", checkSecret), &out)
 	if err != nil {
 		t.Fatalf("CheckConfig: %v", err)
 	}
@@ -83,7 +81,7 @@ func TestCheckConfig_ValidPrintsEffectiveConfigRedacted(t *testing.T) {
 	}
 }
 
-func TestCheckConfig_Invalid(t *testing.T) {
+func TestConfigCheck_Invalid(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		text   string
@@ -91,16 +89,16 @@ func TestCheckConfig_Invalid(t *testing.T) {
 		want   []string // in the error
 	}{
 		{
-			name: "unset variable", text: checkConfig, getenv: env(),
+			name: "unset variable", text: checkConfigYAML, getenv: env(),
 			want: []string{"GITHUB_WEBHOOK_SECRET"},
 		},
 		{
-			name: "bad value", text: strings.Replace(checkConfig, "data_dir: /data", "data_dir: /data\nhttp:\n  port: 70000", 1),
+			name: "bad value", text: strings.Replace(checkConfigYAML, "data_dir: /data", "data_dir: /data\nhttp:\n  port: 70000", 1),
 			getenv: env("GITHUB_WEBHOOK_SECRET", checkSecret),
 			want:   []string{"http.port"},
 		},
 		{
-			name: "unknown key", text: checkConfig + "surprise: 1\n",
+			name: "unknown key", text: checkConfigYAML + "surprise: 1\n",
 			getenv: env("GITHUB_WEBHOOK_SECRET", checkSecret),
 			want:   []string{"surprise", "unknown key"},
 		},
@@ -108,7 +106,7 @@ func TestCheckConfig_Invalid(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeConfig(t, tc.text)
 			var out bytes.Buffer
-			_, err := ops.CheckConfig(path, tc.getenv, &out)
+			_, err := checkConfig(path, tc.getenv, &out)
 			if err == nil {
 				t.Fatalf("CheckConfig accepted an invalid file; printed:\n%s", out.String())
 			}
@@ -128,9 +126,9 @@ func TestCheckConfig_Invalid(t *testing.T) {
 	}
 }
 
-func TestCheckConfig_MissingFile(t *testing.T) {
+func TestConfigCheck_MissingFile(t *testing.T) {
 	var out bytes.Buffer
-	_, err := ops.CheckConfig(filepath.Join(t.TempDir(), "nope.yml"), env(), &out)
+	_, err := checkConfig(filepath.Join(t.TempDir(), "nope.yml"), env(), &out)
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("err = %v, want a not-exist error", err)
 	}
