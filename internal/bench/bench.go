@@ -29,8 +29,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/ankusa/ankusa/internal/config"
 )
 
 // Mode names what a Result measured.
@@ -396,16 +394,14 @@ func runInstance(ctx context.Context, o *Options, root string, mode Mode, retent
 	if mode == ModeDual {
 		roles = DefaultRoles
 	}
-	cfg := instanceConfig(dir, mode, o.ConfirmMs, roles)
-	if retention != "" {
-		cfg.Retention.Delivered = config.Duration(retention)
-	}
-	in, stop, err := startInstance(cfg, o.Logger)
+	spec := instanceSpec(dir, mode, o.ConfirmMs, roles)
+	spec.Retention = retention
+	in, stop, err := startInstance(spec, o.Logger)
 	if err != nil {
 		return Result{}, err
 	}
 	defer stop()
-	url := "http://" + in.IngestAddr() + cfg.HTTP.Prefix + "/demo"
+	url := in.CatchURL("demo")
 	metricsURL := "http://" + in.AdminAddr() + "/metrics"
 	q := in.Queue()
 	// Hooks made durable are counted by durable_seq: seqs are dense, one per

@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ankusa/ankusa/internal/config"
+	"github.com/ankusa/ankusa/internal/app"
 )
 
 // E2E defaults.
@@ -257,29 +257,21 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	}()
 
 	// The instance: one source, one HTTP sink.
-	cfg := instanceConfig(dir, o.Mode, o.ConfirmMs, DefaultRoles)
-	cfg.Sources = map[string]config.SourceConfig{
-		e2eSource: {
-			Verify: config.VerifyConfig{Type: "none"},
-			Sinks: []config.SinkConfig{{ID: e2eSink, Type: "http", HTTP: &config.HTTPSink{
-				URL: "http://" + ln.Addr().String() + "/hook", TimeoutMs: 5000,
-			}}},
-		},
-	}
-	cfg.Dispatch.Concurrency = o.DispatchConcurrency
-	cfg.Dispatch.MaxInflight = max(cfg.Dispatch.MaxInflight, o.DispatchConcurrency)
-	in, stop, err := startInstance(cfg, o.Logger)
+	spec := instanceSpec(dir, o.Mode, o.ConfirmMs, DefaultRoles)
+	spec.HTTPSink = &app.LocalHTTPSink{Source: e2eSource, Sink: e2eSink, URL: "http://" + ln.Addr().String() + "/hook", TimeoutMs: 5000}
+	spec.DispatchConcurrency = o.DispatchConcurrency
+	in, stop, err := startInstance(spec, o.Logger)
 	if err != nil {
 		return res, fmt.Errorf("bench e2e: %w", err)
 	}
 	defer stop()
-	url := "http://" + in.IngestAddr() + cfg.HTTP.Prefix + "/" + e2eSource
+	url := in.CatchURL(e2eSource)
 	q := in.Queue()
 
 	fmt.Fprintf(o.Out, "ankusa bench e2e: %d hooks of %d B by %d closed-loop clients; source %q -> http sink %q at %s answering 200 after %s; dispatch.concurrency=%d (receiver ceiling %.0f/s)\n",
 		o.Hooks, o.BodyBytes, o.Clients, e2eSource, e2eSink, ln.Addr(), o.Latency, o.DispatchConcurrency, res.Ceiling)
 	fmt.Fprintf(o.Out, "%s %s/%s  NumCPU=%d GOMAXPROCS=%d; data dir %s (%s); wal.type=%s", runtime.Version(), runtime.GOOS, runtime.GOARCH,
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), absOr(dir), dataDirFS(dir), cfg.WAL.Type)
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), absOr(dir), dataDirFS(dir), o.Mode)
 	if o.Mode == ModeDual {
 		fmt.Fprintf(o.Out, " (intake.type=memory TEST ONLY, confirm %d ms)", o.ConfirmMs)
 	}
