@@ -20,32 +20,11 @@ import (
 func openIntake(cfg *config.Config, log *slog.Logger) (intake.Intake, error) {
 	switch cfg.Intake.Type {
 	case "memory":
-		var latency time.Duration
-		if m := cfg.Intake.Memory; m != nil {
-			latency = time.Duration(m.ConfirmLatencyMs) * time.Millisecond
-		}
-		return memory.Open(memory.Options{
-			Dir:            cfg.IntakeMemoryPath(),
-			Node:           cfg.Intake.NodeID,
-			ConfirmLatency: latency,
-			Logger:         log,
-		})
+		return memory.Open(memoryIntakeOptions(cfg, log))
 	case "kafka":
-		k := cfg.Intake.Kafka
-		return kafkaintake.Open(kafkaintake.Options{
-			Brokers: k.Brokers, Topic: cfg.IntakeTopic(), Partition: -1,
-			Node: cfg.Intake.NodeID, Fleet: cfg.Intake.Fleet, SASL: kafkaSASL(k.SASL), TLS: kafkaTLS(k.TLS),
-			MaxRecordBytes: cfg.Intake.MaxRecordBytes, BackupMaxAge: backupMaxAge(cfg),
-			VerifyTopic: verifyTopic(cfg), Logger: log,
-		})
+		return kafkaintake.Open(kafkaIntakeOptions(cfg, log))
 	case "jetstream":
-		j := cfg.Intake.JetStream
-		return jsintake.Open(jsintake.Options{
-			URL: j.URL, Stream: j.Stream, Fleet: cfg.Intake.Fleet, Node: cfg.Intake.NodeID,
-			User: j.User, Password: j.Password, Token: j.Token, CredsFile: j.CredsFile, NKeyFile: j.NKeyFile,
-			MaxRecordBytes: cfg.Intake.MaxRecordBytes, BackupMaxAge: backupMaxAge(cfg),
-			VerifyTopic: verifyTopic(cfg), Logger: log,
-		})
+		return jsintake.Open(jetstreamIntakeOptions(cfg, log))
 	}
 	return nil, fmt.Errorf("intake.type %q is not available", cfg.Intake.Type)
 }

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/ankusa/ankusa/internal/config"
+	jsintake "github.com/ankusa/ankusa/internal/intake/jetstream"
+	kafkaintake "github.com/ankusa/ankusa/internal/intake/kafka"
+	"github.com/ankusa/ankusa/internal/intake/memory"
 	"github.com/ankusa/ankusa/internal/kafkaclient"
 	"github.com/ankusa/ankusa/internal/sink/httpsink"
 	"github.com/ankusa/ankusa/internal/sink/kafka"
@@ -65,4 +68,34 @@ func kafkaTLS(c *config.TLS) *kafkaclient.TLS {
 	}
 	return &kafkaclient.TLS{Enabled: c.Enabled, CAFile: c.CAFile, CertFile: c.CertFile,
 		KeyFile: c.KeyFile, InsecureSkipVerify: c.InsecureSkipVerify}
+}
+
+func memoryIntakeOptions(cfg *config.Config, log *slog.Logger) memory.Options {
+	var latency time.Duration
+	if m := cfg.Intake.Memory; m != nil {
+		latency = ms(m.ConfirmLatencyMs)
+	}
+	return memory.Options{Dir: cfg.IntakeMemoryPath(), Node: cfg.Intake.NodeID, ConfirmLatency: latency, Logger: log}
+}
+
+// kafkaIntakeOptions opens the adapter unstamped (Partition -1): the
+// stamped partition is set after the store is open (setPartition).
+func kafkaIntakeOptions(cfg *config.Config, log *slog.Logger) kafkaintake.Options {
+	k := cfg.Intake.Kafka
+	return kafkaintake.Options{
+		Brokers: k.Brokers, Topic: cfg.IntakeTopic(), Partition: -1,
+		Node: cfg.Intake.NodeID, Fleet: cfg.Intake.Fleet, SASL: kafkaSASL(k.SASL), TLS: kafkaTLS(k.TLS),
+		MaxRecordBytes: cfg.Intake.MaxRecordBytes, BackupMaxAge: backupMaxAge(cfg),
+		VerifyTopic: verifyTopic(cfg), Logger: log,
+	}
+}
+
+func jetstreamIntakeOptions(cfg *config.Config, log *slog.Logger) jsintake.Options {
+	j := cfg.Intake.JetStream
+	return jsintake.Options{
+		URL: j.URL, Stream: j.Stream, Fleet: cfg.Intake.Fleet, Node: cfg.Intake.NodeID,
+		User: j.User, Password: j.Password, Token: j.Token, CredsFile: j.CredsFile, NKeyFile: j.NKeyFile,
+		MaxRecordBytes: cfg.Intake.MaxRecordBytes, BackupMaxAge: backupMaxAge(cfg),
+		VerifyTopic: verifyTopic(cfg), Logger: log,
+	}
 }

@@ -199,8 +199,9 @@ type Positioner interface {
 // partitioned (Kafka): each node writes one partition, chosen once at the
 // node's first dual boot and stamped in the store (m:intake_partition), never
 // recomputed, so growing the topic never remaps a node (ADR section 6).
-// Until SetPartition, the calls that need the partition (PublishBatch,
-// Replay, Earliest) fail Permanent.
+// Until SetPartition, PublishBatch and Earliest fail Permanent, and Replay
+// reads every partition from the start (a position names a place in one
+// partition, so Replay from one fails Permanent).
 type PartitionAssigner interface {
 	// AssignPartition is the partition a first boot of node would stamp,
 	// from the log's current partition count. It follows the Intake error
