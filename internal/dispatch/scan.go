@@ -30,9 +30,10 @@ type pass struct {
 	order []uint16
 	seen  int
 	// low is the earliest row this pass leaves due (-1: none), lastAt the
-	// time of the last row it stepped over: together they become the
-	// cursor (settle).
+	// time of the last row it stepped over (stepped: it stepped over one):
+	// together they become the cursor (settle).
 	low, lastAt int64
+	stepped     bool
 }
 
 // scanAndClaim claims due rows up to the inflight bounds, round-robin
@@ -91,7 +92,7 @@ func (d *Dispatcher) collect(p *pass) error {
 			p.next = time.UnixMilli(at)
 			return false
 		}
-		p.lastAt = at
+		p.lastAt, p.stepped = at, true
 		if p.free <= 0 || p.seen >= limit {
 			// Enough candidates; rows still due are found by the next scan,
 			// which runs as soon as a slot frees up.
@@ -289,15 +290,23 @@ func (p *pass) leave(at int64) {
 }
 
 // settle moves the cursor (D1): to the earliest row this pass left due —
-// candidates seen but not claimed included — or, if it left none, to the
-// last row it stepped over.
+// candidates seen but not claimed included — or, if it left none, past the
+// last millisecond it stepped over: it saw every row of that millisecond,
+// and a row written there since lowers the due floor, which the next pass
+// takes. (Stopping at that millisecond instead made every pass walk all
+// its parked rows again: a dead sink's backlog written within one
+// millisecond, or a burst.)
 func (d *Dispatcher) settle(p *pass) {
 	for _, q := range p.byNum {
 		for _, c := range q {
 			p.leave(c.at)
 		}
 	}
-	if p.low < 0 {
+	switch {
+	case p.low >= 0:
+	case p.stepped:
+		p.low = p.lastAt + 1
+	default:
 		p.low = p.lastAt
 	}
 	d.low = p.low
