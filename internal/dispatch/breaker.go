@@ -46,3 +46,19 @@ func (d *Dispatcher) breaker(num uint16) *breaker {
 	}
 	return b
 }
+
+// park notes a due row at at of sink num, whose breaker is open, that the
+// scan steps over (D2).
+func (d *Dispatcher) park(num uint16, at int64) {
+	if cur, ok := d.parked[num]; !ok || at < cur {
+		d.parked[num] = at
+	}
+}
+
+// unpark hands sink num's parked rows back to the scan: its breaker closed.
+func (d *Dispatcher) unpark(num uint16) {
+	if at, ok := d.parked[num]; ok {
+		d.noteDue(at)
+		delete(d.parked, num)
+	}
+}

@@ -190,7 +190,16 @@ type Dispatcher struct {
 	// a source change, dispatch's own retries — may write behind it, and
 	// the store's due floor (Store.TakeDueFloor, read before every scan)
 	// moves it back. No writer has to know the cursor exists.
-	low      int64
+	low int64
+	// parked holds, per sink whose breaker was open when the scan stepped
+	// over its rows, the earliest due time of those rows: D1 exempts them
+	// (the cursor passes them), so a dead sink's backlog is walked once,
+	// not on every scan. Invariant D2: every due row below low that the
+	// scan has not claimed belongs to a sink in parked, at or after its
+	// time there. A half-open breaker's probe is looked up from there
+	// (probeParked); the first success of the sink moves the cursor back
+	// to it (unpark).
+	parked   map[uint16]int64
 	breakers map[uint16]*breaker
 	jobs     map[string]*job
 
@@ -269,6 +278,7 @@ func New(st *store.Store, o Options) *Dispatcher {
 		sem:      make(chan struct{}, o.Concurrency),
 		cmds:     make(chan func()),
 		breakers: make(map[uint16]*breaker),
+		parked:   make(map[uint16]int64),
 		jobs:     make(map[string]*job),
 	}
 }

@@ -79,6 +79,7 @@ func (d *Dispatcher) record(rs []result) {
 		br := d.breaker(c.num)
 		if r.err == nil {
 			br.success()
+			d.unpark(c.num)
 			// NextAtMs of a finished row is when it finished (history.go
 			// invariant 1).
 			b.Delivered(c.seq, c.num, &dl, nowMs)
@@ -95,6 +96,7 @@ func (d *Dispatcher) record(rs []result) {
 			// The target answered and refused this hook: it is up, so its
 			// breaker stays closed for the others.
 			br.success()
+			d.unpark(c.num)
 		} else if br.failure(now, d.o.BreakerFailures, d.o.BreakerCooldown) {
 			d.log.Warn("sink breaker open: parking its rows", "sink", dl.SinkID, "for", d.o.BreakerCooldown, "err", r.err)
 		}

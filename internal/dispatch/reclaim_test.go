@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -54,4 +55,30 @@ func TestDispatch_ReclaimLeavesNoRowOfTheHook(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A sink's backlog parked while its breaker is open (the scan's cursor
+// passes those rows, D2) is delivered in full once the sink is back: the
+// half-open probe is found below the cursor, and its success hands every
+// parked row back to the scan. Without the hand-back only the probe would
+// be delivered and the rest would wait for a restart.
+func TestDispatch_ParkedBacklogIsDeliveredWhenTheSinkComesBack(t *testing.T) {
+	s := newScripted()
+	s.fallback = errors.New("down")
+	e := setup(t, s, dispatch.Options{BreakerFailures: 3, BreakerCooldown: 200 * time.Millisecond,
+		Retry: dispatch.RetryPolicy{Base: time.Millisecond, Max: time.Millisecond, MaxAttempts: 1000}})
+	e.submit(t, "first", "")
+	for range 3 {
+		s.next(t)
+	}
+	for i := range 20 {
+		e.submit(t, fmt.Sprint(i), "")
+	}
+	e.d.Wake() // a scan steps over the 20 while the breaker is open
+	s.mu.Lock()
+	s.fallback = nil
+	s.mu.Unlock()
+	testutil.Eventually(t, 10*time.Second, "the parked backlog delivered and reclaimed", func() bool {
+		return count(t, e.st, store.PrefixHook) == 0 && count(t, e.st, store.PrefixDue) == 0
+	})
 }

@@ -30,9 +30,10 @@ type pass struct {
 	order []uint16
 	seen  int
 	// low is the earliest row this pass leaves due (-1: none), lastAt the
-	// time of the last row it stepped over: together they become the
-	// cursor (settle).
+	// time of the last row it stepped over (stepped: it stepped over one):
+	// together they become the cursor (settle).
 	low, lastAt int64
+	stepped     bool
 }
 
 // scanAndClaim claims due rows up to the inflight bounds, round-robin
@@ -58,10 +59,11 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 	}
 	// Candidates not claimed below stay due: the cursor must not pass them.
 	defer d.settle(p)
-	if p.seen == 0 {
+	if p.seen == 0 && !d.probeDue(p.now) {
 		return p.next
 	}
-	claims, err := d.claim(p, d.roundRobin(p))
+	picked := d.roundRobin(p)
+	claims, err := d.claim(p, append(d.probeParked(p, len(picked)), picked...))
 	if err != nil {
 		d.log.Warn("claim failed", "rows", len(claims), "err", err)
 		return now.Add(d.o.Poll)
@@ -90,7 +92,7 @@ func (d *Dispatcher) collect(p *pass) error {
 			p.next = time.UnixMilli(at)
 			return false
 		}
-		p.lastAt = at
+		p.lastAt, p.stepped = at, true
 		if p.free <= 0 || p.seen >= limit {
 			// Enough candidates; rows still due are found by the next scan,
 			// which runs as soon as a slot frees up.
@@ -104,8 +106,11 @@ func (d *Dispatcher) collect(p *pass) error {
 			return true
 		}
 		if b := d.breakers[num]; b != nil && !b.admits(p.now) {
-			p.leave(at)
-			return true // parked: no attempt spent while the sink is down
+			// Parked: no attempt spent while the sink is down, and the
+			// cursor passes the row (D2), so the next scans do not walk
+			// the sink's backlog again.
+			d.park(num, at)
+			return true
 		}
 		if _, ok := p.byNum[num]; !ok {
 			p.order = append(p.order, num)
@@ -149,6 +154,63 @@ func (d *Dispatcher) roundRobin(p *pass) []candidate {
 		}
 	}
 	return picked
+}
+
+// probeDue reports whether a parked sink's breaker is half-open with no
+// probe in flight.
+func (d *Dispatcher) probeDue(now time.Time) bool {
+	for num := range d.parked {
+		if b := d.breakers[num]; b != nil && b.halfOpen(now) && !b.probing {
+			return true
+		}
+	}
+	return false
+}
+
+// probeParked finds the probe of every parked sink whose breaker is
+// half-open and that this pass has no candidate of (its rows lie below
+// the cursor, D2): the first of its rows from its parked time, found by a
+// walk bounded by 4×ScanBatch rows, within the claims left free. A sink
+// whose walk finds none of its rows before the cursor has no parked row
+// left (dead-lettered, or resent). One whose walk ends at the bound gives
+// its rows back to the scan (the cursor goes back to them): correct, at
+// the cost of one walk.
+func (d *Dispatcher) probeParked(p *pass, picked int) []candidate {
+	var probes []candidate
+	durable := d.o.Durable()
+	for num, from := range d.parked {
+		b := d.breakers[num]
+		if b == nil || !b.halfOpen(p.now) || b.probing || len(p.byNum[num]) > 0 {
+			continue
+		}
+		if picked+len(probes) >= p.free {
+			return probes
+		}
+		walked, found, ended := 0, false, true
+		err := d.st.ScanDue(from, func(at int64, seq uint64, n uint16) bool {
+			if at >= d.low {
+				return false // the scan sees the rest
+			}
+			if walked++; walked > 4*d.o.ScanBatch {
+				ended = false
+				return false
+			}
+			if n == num && seq <= durable {
+				probes = append(probes, candidate{at, seq, num})
+				found = true
+				return false
+			}
+			return true
+		})
+		switch {
+		case err != nil || (!found && !ended):
+			p.leave(from) // settle moves the cursor back to them
+			delete(d.parked, num)
+		case !found:
+			delete(d.parked, num)
+		}
+	}
+	return probes
 }
 
 // claim moves the picked rows to in flight in one batch, within the
@@ -228,15 +290,23 @@ func (p *pass) leave(at int64) {
 }
 
 // settle moves the cursor (D1): to the earliest row this pass left due —
-// candidates seen but not claimed included — or, if it left none, to the
-// last row it stepped over.
+// candidates seen but not claimed included — or, if it left none, past the
+// last millisecond it stepped over: it saw every row of that millisecond,
+// and a row written there since lowers the due floor, which the next pass
+// takes. (Stopping at that millisecond instead made every pass walk all
+// its parked rows again: a dead sink's backlog written within one
+// millisecond, or a burst.)
 func (d *Dispatcher) settle(p *pass) {
 	for _, q := range p.byNum {
 		for _, c := range q {
 			p.leave(c.at)
 		}
 	}
-	if p.low < 0 {
+	switch {
+	case p.low >= 0:
+	case p.stepped:
+		p.low = p.lastAt + 1
+	default:
 		p.low = p.lastAt
 	}
 	d.low = p.low
