@@ -215,7 +215,7 @@ func New(cfg *config.Config, o Options) (_ *Instance, err error) {
 
 	var dual *queue.DualOptions
 	if cfg.WAL.Type == "dual" {
-		if err := stampNode(st, cfg.Intake.NodeID); err != nil {
+		if err := queue.StampNode(st, cfg.Intake.NodeID); err != nil {
 			return nil, err
 		}
 		in.intake, err = openIntake(cfg, o.Logger)
@@ -519,14 +519,11 @@ func (in *Instance) StartContext(ctx context.Context) error {
 		}()
 	}
 	if in.intake != nil {
-		if err := in.prepareIntake(ctx); err != nil {
+		if err := in.bootIntake(ctx, recover); err != nil {
 			return err
 		}
 	}
 	if recover {
-		if _, err := in.recoverOnBoot(ctx); err != nil {
-			return err
-		}
 		// The replay wrote hooks under their own seqs: the writer must
 		// start above them, and they are durable (synced chunks).
 		if err := in.queue.Reload(); err != nil {

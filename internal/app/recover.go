@@ -23,8 +23,9 @@ type RecoverFlags struct {
 	AllowGap bool
 }
 
-// Recover runs boot recovery against a stopped store: the same code path as
-// boot (identity, topology, replay, republish), offline.
+// Recover runs boot recovery against a stopped store: the same code as the
+// boot (queue.RecoverNode: identity, topology, replay, republish), offline
+// and one attempt.
 func Recover(ctx context.Context, cfg *config.Config, f RecoverFlags, log *slog.Logger) (queue.Summary, error) {
 	if cfg.WAL.Type != "dual" {
 		return queue.Summary{}, fmt.Errorf("recover: wal.type is %q; recovery replays the intake log of wal.type: dual", cfg.WAL.Type)
@@ -46,38 +47,24 @@ func Recover(ctx context.Context, cfg *config.Config, f RecoverFlags, log *slog.
 		p := intake.Position(n - 1) // replay starts after from
 		from = &p
 	}
-	st, err := store.Open(store.Options{Dir: filepath.Join(cfg.Node.DataDir, "store"), Logger: log})
+	dir := filepath.Join(cfg.Node.DataDir, "store")
+	st, err := store.Open(store.Options{Dir: dir, Logger: log})
 	if err != nil {
 		return queue.Summary{}, err
 	}
 	defer st.Close()
 	origin := queue.OriginExisting
-	if st.Created() {
+	switch _, err := os.Stat(filepath.Join(dir, backup.MarkerName)); {
+	case err == nil:
+		origin = queue.OriginRestored
+	case st.Created():
 		origin = queue.OriginFresh
-	}
-	if !f.DryRun {
-		if err := stampNode(st, cfg.Intake.NodeID); err != nil {
-			return queue.Summary{}, err
-		}
 	}
 	in, err := openIntake(cfg, log)
 	if err != nil {
 		return queue.Summary{}, err
 	}
 	defer in.Close()
-	if err := in.Verify(ctx); err != nil {
-		return queue.Summary{}, fmt.Errorf("recover: intake topology: %w", err)
-	}
-	if !f.DryRun {
-		if err := stampPartition(ctx, st, in, cfg.Intake.NodeID); err != nil {
-			return queue.Summary{}, err
-		}
-	} else if err := usePartition(ctx, st, in, cfg.Intake.NodeID); err != nil {
-		return queue.Summary{}, err
-	}
-	if _, err := os.Stat(filepath.Join(cfg.Node.DataDir, "store", backup.MarkerName)); err == nil {
-		origin = queue.OriginRestored
-	}
 	var refs []store.SinkRef
 	for id, sc := range cfg.Sources {
 		for _, k := range sc.Sinks {
@@ -88,15 +75,13 @@ func Recover(ctx context.Context, cfg *config.Config, f RecoverFlags, log *slog.
 	if err != nil {
 		return queue.Summary{}, err
 	}
-	r := &Instance{cfg: cfg, nums: nums}
-	sum, err := queue.Recover(ctx, st, queue.RecoverOptions{
-		Intake: in, Node: cfg.Intake.NodeID, Origin: origin, From: from,
-		AllowGap: f.AllowGap, DryRun: f.DryRun, Resolve: r.route, Logger: log,
+	sum, err := queue.RecoverNode(ctx, st, queue.NodeOptions{
+		RecoverOptions: queue.RecoverOptions{
+			Intake: in, Node: cfg.Intake.NodeID, Origin: origin, From: from,
+			AllowGap: f.AllowGap, DryRun: f.DryRun, Resolve: sourceRoutes(cfg, nums), Logger: log,
+		},
+		Replay:    true,
+		Recovered: func() error { return clearRestoreMarker(dir) },
 	})
-	if err == nil && !f.DryRun && origin == queue.OriginRestored {
-		// The restored store is now recovered: the next boot is an
-		// ordinary restart.
-		err = clearRestoreMarker(filepath.Join(cfg.Node.DataDir, "store"))
-	}
 	return sum, err
 }

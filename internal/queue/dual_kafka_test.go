@@ -253,8 +253,8 @@ func TestRecovery_KafkaTwoNodesSharingAPartitionReplayTheirOwn(t *testing.T) {
 		t.Cleanup(func() { _ = in.Close() })
 		// The adapter learns it is ready in the background (a metadata
 		// answer for the partition); a submit before that meets a closed
-		// log. The binary waits the same way before serving (app's
-		// prepareIntake).
+		// log. The binary waits the same way before serving
+		// (queue.RecoverNode).
 		testutil.Eventually(t, 10*time.Second, "kafka intake ready", in.Ready)
 		return in
 	}
