@@ -1,0 +1,390 @@
+// replay.go owns boot recovery's step 3 (ADR section 8): Recover, the
+// replay of this node's tail of the log with its seq-keyed idempotent
+// apply, the truncation check, and the republish above the watermark.
+// RecoverNode (recovery.go) runs it.
+
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// Recover runs the replay and the republish: RecoverNode's step 3, one
+// attempt (tests drive it alone).
+//
+// I2: running Recover again after a run that failed part way (a log
+// outage mid-replay or mid-republish) is safe and loses nothing. Each
+// chunk's hooks and m:intake_offset are one synced batch (applier.commit),
+// so the store's offset never passes a record that is not durably applied,
+// and the next run replays from there; a record applied before is skipped
+// by its hook id (applier.flush), never written twice; next_seq only
+// rises; and a republished record is one the log may hold twice, which the
+// same apply rule absorbs. The watermark (m:intake_seq) moves only after
+// the whole republish, so a failed run leaves it where it was.
+func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, error) {
+	if o.Chunk <= 0 {
+		o.Chunk = 500
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	log := o.Logger.With("component", "recovery", "node", o.Node)
+	var sum Summary
+
+	from := intake.Position(-1)
+	hasOffset := false
+	if n, ok, err := st.IntakeOffset(); err != nil {
+		return sum, err
+	} else if ok {
+		from, hasOffset = intake.Position(n), true
+	}
+	if o.From != nil {
+		from = *o.From
+	}
+	sum.From = from
+
+	next, err := st.NextSeq()
+	if err != nil {
+		return sum, err
+	}
+	origin := o.Origin
+	if origin == OriginExisting && !hasOffset && next == 1 {
+		// A store that never held a hook and never applied a record holds
+		// nothing of a gap: it is as fresh as a new one. This is also the
+		// boot after a fresh store was refused, which must be refused again.
+		origin = OriginFresh
+	}
+
+	earliest, err := o.Intake.Earliest(ctx)
+	if err != nil {
+		return sum, fmt.Errorf("earliest position: %w", err)
+	}
+	sum.Earliest = earliest
+	// I1 (ADR section 8 step 4): a store refuses a log that no longer
+	// reaches back to what it needs. A store with an offset needs offset+1
+	// on; a fresh one needs this node's first record.
+	if earliest > from+1 && (hasOffset || origin != OriginExisting) {
+		gap, err := truncated(ctx, o.Intake, earliest, hasOffset, next)
+		if err != nil {
+			return sum, err
+		}
+		sum.Gap = gap
+	}
+	if sum.Gap {
+		switch {
+		case origin == OriginExisting:
+			// Every hook in the gap is in this store already.
+			log.Warn("intake log truncated past the store's offset; this store holds the gap locally", "offset", from, "earliest", earliest)
+		case !o.AllowGap:
+			return sum, fmt.Errorf("%w: the store needs the log from position %d, the earliest retained is %d; run ankusa recover --allow-gap to accept the loss", ErrIntakeTruncated, from+1, earliest)
+		default:
+			log.Error("recovering over a gap in the intake log: hooks in it are lost", "wanted", from+1, "earliest", earliest, "lost_positions", earliest-from-1)
+			if !o.DryRun {
+				if err := audit(st, o.Now(), "intake.recover.allow_gap", map[string]any{
+					"node": o.Node, "wanted": from + 1, "earliest": earliest, "lost_positions": earliest - from - 1,
+				}); err != nil {
+					return sum, err
+				}
+			}
+		}
+	}
+
+	a := &applier{st: st, o: o, sum: &sum, next: next, log: log, replayed: o.Replayed}
+	err = o.Intake.Replay(ctx, from, func(r intake.Record, pos intake.Position) error {
+		sum.Records++
+		sum.Last = pos
+		a.add(r, pos)
+		if len(a.pending) >= o.Chunk {
+			return a.flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = a.flush()
+	}
+	if err == nil {
+		err = a.flushCollided()
+	}
+	if err != nil {
+		return sum, fmt.Errorf("replay: %w", err)
+	}
+	if err := republish(ctx, st, o, &sum, a.next, a.replayed); err != nil {
+		return sum, err
+	}
+	log.Info("intake recovery done", "summary", sum.String(), "from", from, "earliest", earliest)
+	return sum, nil
+}
+
+// errFirstFound stops truncated's one-record replay.
+var errFirstFound = errors.New("first retained record found")
+
+// truncated decides whether the positions below earliest that the store
+// needs held records of this node that are gone. Positions alone cannot
+// say: on a log shared by several nodes (a JetStream stream, a Kafka
+// partition two node ids hash to) other nodes' records sit between this
+// node's, and an idle node's last record ages out with no loss at all. The
+// node's seqs can: they rise with every hook, so when the first record of
+// this node still held carries a seq the store already reached (below
+// next, the store's next seq), nothing the store lacks was dropped before
+// it. A seq above next means records the store never held were dropped.
+//
+// When the log holds no record of this node at or after earliest, a
+// restored store (hasOffset) is refused: the positions it needs are gone
+// and nothing shows whose they were. A fresh store is not: its log for
+// this node is empty. (The JetStream adapter answers an Earliest of -1 for
+// a node with no record held, so this case is the partitioned logs'.)
+//
+// Not caught: a dropped record that a republish had ordered behind the
+// first held one (a carried record confirmed late). The reordering spans
+// at most the publishes in flight and the reconciler's retries.
+func truncated(ctx context.Context, in intake.Intake, earliest intake.Position, hasOffset bool, next uint64) (bool, error) {
+	var first *intake.Record
+	err := in.Replay(ctx, earliest-1, func(r intake.Record, _ intake.Position) error {
+		first = &r
+		return errFirstFound
+	})
+	if err != nil && !errors.Is(err, errFirstFound) {
+		return false, fmt.Errorf("read the first retained record: %w", err)
+	}
+	if first == nil {
+		return hasOffset, nil
+	}
+	return first.Seq > next, nil
+}
+
+type replayed struct {
+	r   intake.Record
+	pos intake.Position
+}
+
+// applier applies replayed records in chunks, one synced batch each, with
+// the offset advanced in the same batch.
+type applier struct {
+	st       *store.Store
+	o        RecoverOptions
+	sum      *Summary
+	next     uint64
+	pending  []replayed
+	collided []replayed
+	// replayed holds the seqs this replay wrote: they are in the log, so
+	// the republish skips them.
+	replayed map[uint64]bool
+	// claims are this chunk's replayed dedupe keys, told to OnApplied once
+	// the chunk is durable.
+	claims []appliedClaim
+	log    *slog.Logger
+}
+
+type appliedClaim struct {
+	tenant, source, key string
+	id                  [16]byte
+	expires             time.Time
+}
+
+func (a *applier) add(r intake.Record, pos intake.Position) {
+	a.pending = append(a.pending, replayed{r, pos})
+}
+
+// flush applies the chunk. The rule, keyed by seq and hook id:
+//   - no hook at the seq: write it with its original seq and raise next_seq;
+//   - the same hook id at the seq: skip (every duplicate or reordered record);
+//   - another hook id: a collision — never overwrite; write under a fresh seq.
+func (a *applier) flush() error {
+	if len(a.pending) == 0 {
+		return nil
+	}
+	b := a.st.NewBatch()
+	defer b.Close()
+	inChunk := map[uint64][16]byte{}
+	ids := map[[16]byte]bool{}
+	var last intake.Position
+	for _, p := range a.pending {
+		last = p.pos
+		env, err := store.DecodeEnvelope(p.r.Value)
+		if err != nil {
+			a.log.Warn("replay: undecodable hook record skipped", "seq", p.r.Seq, "err", err)
+			continue
+		}
+		// Present by id first: a hook already written (under its own seq, or
+		// re-sequenced after a collision by an earlier run) is never written
+		// twice.
+		if ids[env.ID] {
+			a.sum.Present++
+			continue
+		}
+		if v, err := a.st.Get(store.HookIDKey(env.ID)); err != nil {
+			return err
+		} else if v != nil {
+			a.sum.Present++
+			continue
+		}
+		seq := p.r.Seq
+		existing, seen := inChunk[seq]
+		if !seen {
+			v, err := a.st.Get(store.HookKey(seq))
+			if err != nil {
+				return err
+			}
+			if v != nil {
+				if e, err := store.DecodeEnvelope(v); err == nil {
+					existing, seen = e.ID, true
+				}
+			}
+		}
+		if seen {
+			// A collision: never overwrite. It is written after the whole
+			// replay, under a seq above every replayed one, so it cannot
+			// collide again with a record still to come.
+			a.sum.Collided++
+			a.log.Error("replay: seq collision, the record gets a fresh seq (two live nodes shared a node id?)",
+				"seq", seq, "stored_id", fmt.Sprintf("%x", existing), "log_id", fmt.Sprintf("%x", env.ID))
+			a.collided = append(a.collided, p)
+			continue
+		}
+		a.write(b, env, seq)
+		inChunk[seq] = env.ID
+		ids[env.ID] = true
+	}
+	return a.commit(b, last)
+}
+
+// flushCollided writes the collided records under fresh seqs.
+func (a *applier) flushCollided() error {
+	if len(a.collided) == 0 {
+		return nil
+	}
+	b := a.st.NewBatch()
+	defer b.Close()
+	var last intake.Position
+	for _, p := range a.collided {
+		last = p.pos
+		env, err := store.DecodeEnvelope(p.r.Value)
+		if err != nil {
+			continue
+		}
+		a.write(b, env, a.next)
+	}
+	a.collided = nil
+	return a.commit(b, last)
+}
+
+// write adds one hook under seq to b.
+func (a *applier) write(b *store.Batch, env *store.Envelope, seq uint64) {
+	route, ok := a.o.Resolve(env.Source)
+	if !ok {
+		a.sum.Unroutable++
+		a.log.Warn("replay: unknown source; the hook is stored without deliveries", "source", env.Source, "seq", seq)
+	}
+	env.Seq = seq
+	h := &store.NewHook{Env: env, Sinks: route.Sinks, DueAtMs: a.o.Now().UnixMilli()}
+	if env.DedupeKey != "" && route.DedupeTTL > 0 {
+		exp := time.Unix(0, env.ReceivedAt).Add(route.DedupeTTL).UnixMilli()
+		h.Dedupe, h.DedupeExpiresAtMs = exp > a.o.Now().UnixMilli(), exp
+	}
+	_, _ = b.PutHook(h) // a dead batch fails the chunk's apply
+	if env.DedupeKey != "" && route.DedupeTTL > 0 && a.o.OnApplied != nil {
+		a.claims = append(a.claims, appliedClaim{env.Tenant, env.Source, env.DedupeKey, env.ID,
+			time.Unix(0, env.ReceivedAt).Add(route.DedupeTTL)})
+	}
+	a.next = max(a.next, seq+1)
+	a.sum.Applied++
+	if a.replayed == nil {
+		a.replayed = map[uint64]bool{}
+	}
+	a.replayed[seq] = true
+}
+
+// commit applies one chunk's batch with the offset advanced in it.
+func (a *applier) commit(b *store.Batch, last intake.Position) error {
+	a.pending = a.pending[:0]
+	if a.o.DryRun {
+		return nil
+	}
+	_ = b.SetNextSeq(a.next)
+	_ = b.SetIntakeOffset(int64(last))
+	if err := a.st.ApplySync(b); err != nil {
+		a.claims = a.claims[:0]
+		return fmt.Errorf("apply replayed chunk: %w", err)
+	}
+	now := a.o.Now()
+	for _, c := range a.claims {
+		a.o.OnApplied(c.tenant, c.source, c.key, c.id, c.expires.Sub(now))
+	}
+	a.claims = a.claims[:0]
+	return nil
+}
+
+// republish publishes every local hook above the watermark: a crash can
+// leave local hooks the log never confirmed. Duplicates are absorbed by the
+// apply rule.
+func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summary, next uint64, replayed map[uint64]bool) error {
+	// Republished records carry the store's incarnation, like the commit
+	// path's (docs/storage.md).
+	inc, err := st.Incarnation()
+	if err != nil {
+		return err
+	}
+	wm, _, err := st.IntakeSeq()
+	if err != nil {
+		return err
+	}
+	// Page through the hooks above the watermark, 256 at a time, publishing
+	// each page outside the scan (a publish must not hold the store's read
+	// lock, and a first dual boot may republish a whole store).
+	lower := store.HookKey(wm + 1)
+	for {
+		var page []intake.Record
+		var lastKey []byte
+		err := st.Scan(lower, []byte{store.PrefixHook + 1}, func(k, v []byte) bool {
+			lastKey = append(lastKey[:0], k...)
+			if env, err := store.DecodeEnvelope(v); err == nil && !replayed[env.Seq] {
+				// A hook this replay just wrote is in the log already.
+				page = append(page, intake.Record{
+					Version: intake.RecordVersion, Kind: intake.KindHook, Node: o.Node, Seq: env.Seq, ID: env.ID,
+					Incarnation: inc, Tenant: env.Tenant, Source: env.Source, Value: append([]byte(nil), v...),
+				})
+			}
+			return len(page) < 256
+		})
+		if err != nil {
+			return err
+		}
+		if len(page) > 0 && !o.DryRun {
+			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_, err := o.Intake.PublishBatch(pctx, page)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("republish %d hooks above the watermark: %w", len(page), err)
+			}
+		}
+		sum.Republished += len(page)
+		if lastKey == nil || len(page) < 256 {
+			break
+		}
+		lower = append(lastKey, 0)
+	}
+	if o.DryRun {
+		return nil
+	}
+	b := st.NewBatch()
+	defer b.Close()
+	_ = b.SetIntakeSeq(next - 1)
+	return st.ApplySync(b)
+}
+
+// audit writes one operator-action row (a synced write) into the store's
+// audit trail (GET /v1/audit): an accepted gap is a decision someone must
+// be able to find later.
+func audit(st *store.Store, at time.Time, action string, detail map[string]any) error {
+	return st.AppendAudit(&store.AuditEntry{At: at, Actor: "ankusa recover", Action: action, Detail: detail})
+}
