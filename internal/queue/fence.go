@@ -14,7 +14,8 @@ import (
 // the same open.
 const maxReopenFailures = 20
 
-// fence handles a failed write or fsync (DUR-4.b and its fix).
+// fence handles a failed write or fsync (DUR-4.b and its fix): it keeps
+// ack rule 5 (queue.go).
 //
 // Why an undo and not a point-in-time reopen: after a failed fsync nothing
 // says which WAL pages reached the disk, so a later successful fsync could be
@@ -114,7 +115,7 @@ func (w *writer) cleanup(durable uint64) error {
 		undone++
 		_ = b.DeleteRows(g.rows) // a dead batch fails the apply
 	}
-	_ = b.SetNextSeq(w.nextSeq)
+	_ = b.SetNextSeq(w.nextSeq) // ack rule 4: the undone seqs stay consumed
 	if err := w.st.ApplySync(b); err != nil {
 		return fmt.Errorf("delete %d unsynced groups: %w", undone, err)
 	}

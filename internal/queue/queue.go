@@ -2,23 +2,31 @@
 // writer goroutine that assigns seqs and applies groups, and the syncer whose
 // WAL fsync releases the callers.
 //
-// The ack protocol, enforced across batcher.go, writer.go and syncer.go:
+// The ack protocol. This list is where each rule is stated; the code that
+// keeps one, and every doc and test that relies on it, cites it as "ack
+// rule N" (internal/sim numbers its own checked invariants separately,
+// cited there as "rule N"):
 //
 //  1. A caller gets a success only from an fsync that started after the
-//     group holding its record was applied. Pebble makes an applied batch
-//     visible before it is durable, so "I can read it" never means "it is
-//     safe"; durable_seq (Syncer.Durable) is the only truth.
-//  2. The dedupe rows ride in the same batch as the hook, so a dedupe hit
-//     can never name a hook that is not in the store.
-//  3. A duplicate answer waits for the fsync that covers the original, so
-//     the duplicate of a hook still in flight is never answered first.
+//     group holding its record was applied (syncer.go). Pebble makes an
+//     applied batch visible before it is durable, so "I can read it" never
+//     means "it is safe"; durable_seq (Syncer.Durable) is the only truth.
+//  2. The dedupe rows ride in the same batch as the hook (writer.putHook,
+//     store.HookRows), so a dedupe hit can never name a hook that is not in
+//     the store.
+//  3. A duplicate answer waits for the fsync that covers the original
+//     (writer.duplicate), so the duplicate of a hook still in flight is
+//     never answered first.
 //  4. Seqs are dense, assigned only by the writer, never reused: a group
 //     that is undone after a failed fsync keeps its seqs consumed, and
-//     m:next_seq rides in every batch and in the cleanup.
+//     m:next_seq rides in every batch (writer.apply) and in the fence's
+//     cleanup.
 //  5. After a failed fsync nothing more is acked until the groups no
 //     successful fsync covered are deleted by a synced write on a reopened
-//     DB (fence.go). Readers that act on rows (dispatch) read only at or
-//     below durable_seq.
+//     DB (fence.go).
+//  6. Readers that act on rows (dispatch) read only at or below
+//     durable_seq: a row above it belongs to a group no fsync has covered
+//     yet, which rule 5's fence may still delete.
 package queue
 
 import (

@@ -121,7 +121,7 @@ func (s *syncer) run() {
 			continue
 		}
 		// Read applied before the fsync starts: everything up to it was
-		// applied before this fsync, so a successful fsync covers it (rule 1).
+		// applied before this fsync, so a successful fsync covers it (ack rule 1).
 		upto := s.applied.Load()
 		s.syncing = true
 		s.mu.Unlock()

@@ -277,7 +277,7 @@ func (w *writer) add(g *commitGroup, it *item) {
 // claim was released (its dedupe row is then replaced in this batch).
 func (w *writer) duplicate(g *commitGroup, it *item, uk []byte) bool {
 	if o, ok := g.inGroup[string(uk)]; ok {
-		// Rule 3: answered once the original's fsync returns. Under dual
+		// Ack rule 3: answered once the original's fsync returns. Under dual
 		// the original is in this very group, so the duplicate shares
 		// its fate: it joins the group's replies.
 		g.replies = append(g.replies, pendingReply{it: it, res: Result{ID: o.id, Seq: o.seq, Duplicate: true}, need: o.seq})
@@ -370,7 +370,7 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 	w.lastDueAt = dueAt
 	h := &store.NewHook{Env: &env, Sinks: r.Sinks, DueAtMs: dueAt}
 	if uk != nil {
-		// Rule 2: the dedupe rows ride in the hook's own batch.
+		// Ack rule 2: the dedupe rows ride in the hook's own batch.
 		h.Dedupe, h.DedupeExpiresAtMs = true, g.now.Add(r.DedupeTTL).UnixMilli()
 		if g.inGroup == nil {
 			g.inGroup = make(map[string]original)
@@ -410,7 +410,7 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) {
 	}
 	var join *dualGroup
 	if written > 0 {
-		_ = g.batch.SetNextSeq(w.nextSeq)
+		_ = g.batch.SetNextSeq(w.nextSeq) // ack rule 4
 		// Remember the group before applying: a failed apply may still have
 		// left rows visible, and the fence must delete them.
 		w.unsynced = append(w.unsynced, appliedGroup{maxSeq: w.nextSeq - 1, rows: g.rows})

@@ -15,7 +15,10 @@ import (
 	"github.com/ankusa/ankusa/internal/store"
 )
 
-// The invariants of issue 11, checked by the functions below:
+// The invariants of issue 11, checked by the functions below. Cited as
+// "rule N" in this package and in docs/testing.md's Simulation section, and
+// reported as "inv N" (violation.inv); they are not the ack protocol's
+// rules (internal/queue/queue.go, cited as "ack rule N"):
 //
 //  1. every hook answered 201 is delivered at least once (or dead-lettered
 //     by a sink that refused it), with a byte-identical body, after recovery
