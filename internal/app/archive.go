@@ -38,10 +38,6 @@ func archiveRoute(sources func() *edge.Registry) func(string) ([]store.DueSink, 
 		if !ok {
 			return nil, false
 		}
-		out := make([]store.DueSink, 0, len(s.Sinks))
-		for _, sk := range s.Sinks {
-			out = append(out, store.DueSink{Num: sk.Num, ID: sk.ID})
-		}
-		return out, true
+		return append([]store.DueSink(nil), s.Sinks...), true
 	}
 }

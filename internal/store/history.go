@@ -52,10 +52,7 @@ func (s *Store) HookRowKeys(env *Envelope) ([][]byte, error) {
 }
 
 // DueSink is one delivery a restored hook owes: its sink number and id.
-type DueSink struct {
-	Num uint16
-	ID  string
-}
+type DueSink = HookSink
 
 // PutRestoredHook adds to b every row of a hook brought back from the
 // archive (archive replay): the hook under its original seq (env.Seq,
@@ -63,15 +60,5 @@ type DueSink struct {
 // per sink at dueAtMs tagged with replayID. No dedupe rows: the hook's
 // dedupe window closed long before it was archived.
 func (b *Batch) PutRestoredHook(env *Envelope, raw []byte, sinks []DueSink, dueAtMs int64, replayID string) {
-	_ = b.Set(HookKey(env.Seq), raw, nil)
-	_ = b.Set(HookIDKey(env.ID), U64(env.Seq), nil)
-	for _, k := range HookIndexKeys(env.Tenant, env.Source, env.Seq) {
-		_ = b.Set(k, nil, nil)
-	}
-	for _, sk := range sinks {
-		_ = b.Set(DeliveryKey(env.Seq, sk.Num), EncodeDelivery(&Delivery{
-			State: StateDue, NextAtMs: dueAtMs, Size: uint32(len(env.Body)), SinkID: sk.ID, ReplayID: replayID,
-		}), nil)
-		_ = b.Set(DueKey(dueAtMs, env.Seq, sk.Num), nil, nil)
-	}
+	_, _ = b.PutHook(&NewHook{Env: env, Value: raw, Sinks: sinks, DueAtMs: dueAtMs, ReplayID: replayID})
 }

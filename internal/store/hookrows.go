@@ -4,7 +4,8 @@ package store
 // index, its source and tenant listing indexes, one delivery row and one due
 // row per sink, and its dedupe and expiry rows — so the three writers of new
 // hooks (the commit path's writer, boot recovery's replay and the dual
-// commit's complete-local) write the same rows from one builder. It also
+// commit's complete-local) and the archive replay's PutRestoredHook write
+// the same rows from one builder. It also
 // owns the two deletions the commit path makes: the fence's undo of the
 // rows of unsynced groups, and the sweep of expired dedupe rows.
 
@@ -28,6 +29,9 @@ type NewHook struct {
 	// Sinks are the hook's deliveries, each due at DueAtMs.
 	Sinks   []HookSink
 	DueAtMs int64
+	// ReplayID tags the delivery rows of a hook a replay job brought back
+	// (archive replay); "" for a new hook.
+	ReplayID string
 	// Dedupe writes the dedupe row of (Env.Tenant, Env.Source,
 	// Env.DedupeKey) naming this hook, and its expiry row, both expiring at
 	// DedupeExpiresAtMs. False: no dedupe rows (no key, or one already
@@ -59,7 +63,7 @@ func HookRows(h *NewHook) []Row {
 	for _, sk := range h.Sinks {
 		rows = append(rows,
 			Row{DeliveryKey(seq, sk.Num), EncodeDelivery(&Delivery{
-				State: StateDue, NextAtMs: h.DueAtMs, Size: uint32(len(env.Body)), SinkID: sk.ID,
+				State: StateDue, NextAtMs: h.DueAtMs, Size: uint32(len(env.Body)), SinkID: sk.ID, ReplayID: h.ReplayID,
 			})},
 			Row{DueKey(h.DueAtMs, seq, sk.Num), nil})
 	}

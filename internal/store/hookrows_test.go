@@ -18,18 +18,20 @@ func TestHookRows_WriteAndUndoEveryRowOfAHook(t *testing.T) {
 		name      string
 		sinks     []store.HookSink
 		dedupe    bool
+		replayID  string
 		wantRows  int
 		wantDeliv int
 	}{
-		{"no sinks, no dedupe", nil, false, 4, 0},
-		{"two sinks", []store.HookSink{{Num: 1, ID: "a"}, {Num: 7, ID: "b"}}, false, 8, 2},
-		{"one sink and dedupe", []store.HookSink{{Num: 3, ID: "a"}}, true, 8, 1},
+		{"no sinks, no dedupe", nil, false, "", 4, 0},
+		{"two sinks", []store.HookSink{{Num: 1, ID: "a"}, {Num: 7, ID: "b"}}, false, "", 8, 2},
+		{"one sink and dedupe", []store.HookSink{{Num: 3, ID: "a"}}, true, "", 8, 1},
+		{"a replayed hook's deliveries carry the replay id", []store.HookSink{{Num: 2, ID: "a"}}, false, "job-1", 6, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			st := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
 			env := &store.Envelope{Seq: 42, ID: [16]byte{9}, Tenant: "t1", Source: "s1", DedupeKey: "k", Body: []byte("body")}
-			h := &store.NewHook{Env: env, Sinks: tc.sinks, DueAtMs: 1_000, Dedupe: tc.dedupe, DedupeExpiresAtMs: 5_000}
+			h := &store.NewHook{Env: env, Sinks: tc.sinks, DueAtMs: 1_000, Dedupe: tc.dedupe, DedupeExpiresAtMs: 5_000, ReplayID: tc.replayID}
 			b := st.NewBatch()
 			rows, err := b.PutHook(h)
 			if err != nil {
@@ -55,6 +57,11 @@ func TestHookRows_WriteAndUndoEveryRowOfAHook(t *testing.T) {
 			want := [][]byte{store.HookKey(42), store.HookIDKey(env.ID), store.SourceIndexKey("s1", 42), store.TenantIndexKey("t1", 42)}
 			for _, sk := range tc.sinks {
 				want = append(want, store.DeliveryKey(42, sk.Num), store.DueKey(1_000, 42, sk.Num))
+				v, _ := st.Get(store.DeliveryKey(42, sk.Num))
+				d, err := store.DecodeDelivery(v)
+				if err != nil || d.State != store.StateDue || d.NextAtMs != 1_000 || d.SinkID != sk.ID || d.ReplayID != tc.replayID || d.Size != 4 {
+					t.Fatalf("delivery row of sink %d = %+v, %v", sk.Num, d, err)
+				}
 			}
 			uk := store.DedupeKey("t1", "s1", "k")
 			if tc.dedupe {
