@@ -6,7 +6,7 @@
 // One goroutine (run) owns every dispatch write — claims, outcomes,
 // reclaims, replay moves — so no two writers race on a delivery row. The
 // queue's writer only ever creates rows for new seqs; dispatch only touches
-// rows at or below durable_seq (rule 3 of the ack protocol: Pebble shows a
+// rows at or below durable_seq (ack rule 6, internal/queue: Pebble shows a
 // row before it is durable, and a row of a group that is later undone must
 // never be delivered).
 package dispatch

@@ -99,7 +99,7 @@ func (d *Dispatcher) collect(p *pass) error {
 			p.leave(at)
 			return false
 		}
-		// Rule 3: a row above durable_seq belongs to a group whose fsync has
+		// Ack rule 6: a row above durable_seq belongs to a group whose fsync has
 		// not returned (and may yet be undone). It waits.
 		if seq > durable {
 			p.leave(at)
