@@ -52,7 +52,7 @@ func TestConfigCheck_ValidPrintsEffectiveConfigRedacted(t *testing.T) {
 	var out bytes.Buffer
 	cfg, err := checkConfig(path, env("GITHUB_WEBHOOK_SECRET", checkSecret), &out)
 	if err != nil {
-		t.Fatalf("CheckConfig: %v", err)
+		t.Fatalf("checkConfig: %v", err)
 	}
 	if cfg.Node.Instance != "ankusa-0" {
 		t.Fatalf("instance = %q", cfg.Node.Instance)
@@ -108,7 +108,7 @@ func TestConfigCheck_Invalid(t *testing.T) {
 			var out bytes.Buffer
 			_, err := checkConfig(path, tc.getenv, &out)
 			if err == nil {
-				t.Fatalf("CheckConfig accepted an invalid file; printed:\n%s", out.String())
+				t.Fatalf("checkConfig accepted an invalid file; printed:\n%s", out.String())
 			}
 			if out.Len() != 0 {
 				t.Errorf("an invalid file printed a config:\n%s", out.String())
