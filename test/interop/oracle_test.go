@@ -164,7 +164,11 @@ func TestOracle_HTTPSinkSignatureVerified(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer srv.Close()
-	s, err := httpsink.New(&config.HTTPSink{URL: srv.URL, TimeoutMs: 5000, Secret: whsec})
+	key, err := (&config.HTTPSink{Secret: whsec}).SigningKey() // as the app decodes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := httpsink.New(httpsink.Options{URL: srv.URL, Timeout: 5 * time.Second, Secret: key})
 	if err != nil {
 		t.Fatal(err)
 	}
