@@ -341,7 +341,8 @@ func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) (store.HookRef, 
 	if v == nil {
 		return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d is missing from the store", c.seq))
 	}
-	env, err := store.DecodeEnvelope(v)
+	// v is Get's own copy: the message's body is a slice of it, not a third copy.
+	env, err := store.DecodeEnvelopeAliasBody(v)
 	if err != nil {
 		return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 
 	"github.com/ankusa/ankusa/internal/hook"
 )
@@ -157,6 +158,21 @@ func (d *dec) bytes() []byte {
 }
 func (d *dec) str() string { return string(d.bytes()) }
 
+// raw is a length-prefixed field as a sub-slice of the input, not copied.
+func (d *dec) raw() []byte {
+	if d.err != nil {
+		return nil
+	}
+	n, k := binary.Uvarint(d.b)
+	if k <= 0 || uint64(len(d.b)-k) < n {
+		d.err = ErrCorrupt
+		return nil
+	}
+	v := d.b[k : k+int(n)]
+	d.b = d.b[k+int(n):]
+	return v
+}
+
 func (d *dec) done(what string) error {
 	if d.err == nil && len(d.b) != 0 {
 		d.err = ErrCorrupt
@@ -167,9 +183,18 @@ func (d *dec) done(what string) error {
 	return nil
 }
 
-// EncodeEnvelope encodes a hook for the h family.
+// EncodeEnvelope encodes a hook for the h family into a buffer of exactly
+// EnvelopeSize(v) bytes: one allocation, never grown (a request's headers
+// used to overflow a guessed capacity and copy the body a second time).
 func EncodeEnvelope(v *Envelope) []byte {
-	e := enc{b: make([]byte, 0, 128+len(v.Body))}
+	return AppendEnvelope(make([]byte, 0, EnvelopeSize(v)), v)
+}
+
+// AppendEnvelope appends the encoding of v to dst: a caller that owns a
+// scratch buffer (the ingest writer, whose batch copies the value) encodes
+// without allocating.
+func AppendEnvelope(dst []byte, v *Envelope) []byte {
+	e := enc{b: dst}
 	e.u8(envelopeV1)
 	e.b = append(e.b, v.ID[:]...)
 	e.u64(v.Seq)
@@ -193,8 +218,36 @@ func EncodeEnvelope(v *Envelope) []byte {
 	return e.b
 }
 
-// DecodeEnvelope decodes an h value.
-func DecodeEnvelope(b []byte) (*Envelope, error) {
+// EnvelopeSize is len(EncodeEnvelope(v)).
+func EnvelopeSize(v *Envelope) int {
+	n := 1 + 16 + 8 + 8 + lenField(len(v.Tenant)) + lenField(len(v.Source)) +
+		lenField(len(v.ContentType)) + lenField(len(v.DedupeKey)) + 1 + 32 + 4
+	for _, h := range v.Headers {
+		n += lenField(len(h.Name)) + lenField(len(h.Value))
+	}
+	return n + lenField(len(v.Body))
+}
+
+// lenField is the encoded size of a length-prefixed field of n bytes.
+func lenField(n int) int { return (bits.Len64(uint64(n)|1)+6)/7 + n }
+
+// DecodeEnvelope decodes an h value. The result shares no memory with b
+// (values read during a scan live in buffers Pebble reuses): the strings
+// come from one allocation, the body from another.
+func DecodeEnvelope(b []byte) (*Envelope, error) { return decodeEnvelope(b, true) }
+
+// DecodeEnvelopeAliasBody decodes an h value whose buffer the caller owns
+// and hands over (Store.Get's copy): the returned Body is a sub-slice of b,
+// so the body is not copied again. b must not be modified or reused while
+// the envelope or its Body is in use. Its strings share nothing with b.
+func DecodeEnvelopeAliasBody(b []byte) (*Envelope, error) { return decodeEnvelope(b, false) }
+
+// offset is where rest starts inside whole. REQUIRES: rest was obtained
+// from whole by reslicing forward only (the decoder never does otherwise),
+// so their capacities differ by exactly that offset.
+func offset(whole, rest []byte) int { return cap(whole) - cap(rest) }
+
+func decodeEnvelope(b []byte, copyBody bool) (*Envelope, error) {
 	d := dec{b: b}
 	if ver := d.u8(); d.err == nil && ver != envelopeV1 {
 		return nil, fmt.Errorf("decode envelope: unknown version %d: %w", ver, ErrCorrupt)
@@ -203,25 +256,48 @@ func DecodeEnvelope(b []byte) (*Envelope, error) {
 	d.fixed(v.ID[:])
 	v.Seq = d.u64()
 	v.ReceivedAt = int64(d.u64())
-	v.Tenant = d.str()
-	v.Source = d.str()
-	v.ContentType = d.str()
-	v.DedupeKey = d.str()
+	// First pass: validate the string fields and headers and find where
+	// they end, without allocating; then copy that one region into one
+	// string and cut every field out of it.
+	strStart := offset(b, d.b)
+	var fields [4][]byte
+	for i := range fields {
+		fields[i] = d.raw()
+	}
 	v.Flagged = d.u8() == 1
 	d.fixed(v.SHA256[:])
 	n := d.u32()
 	if d.err == nil && uint64(n) > uint64(len(d.b)) { // each header takes ≥ 2 bytes
 		d.err = ErrCorrupt
 	}
-	if d.err == nil && n > 0 {
-		v.Headers = make([]Header, n)
-		for i := range v.Headers {
-			v.Headers[i] = Header{Name: d.str(), Value: d.str()}
-		}
+	hdrStart := offset(b, d.b)
+	for i := uint32(0); i < n && d.err == nil; i++ {
+		d.raw()
+		d.raw()
 	}
-	v.Body = d.bytes()
+	strEnd := offset(b, d.b)
+	body := d.raw()
 	if err := d.done("envelope"); err != nil {
 		return nil, err
+	}
+	region := string(b[strStart:strEnd])
+	sub := func(x []byte) string {
+		o := offset(b, x) - strStart
+		return region[o : o+len(x)]
+	}
+	v.Tenant, v.Source, v.ContentType, v.DedupeKey = sub(fields[0]), sub(fields[1]), sub(fields[2]), sub(fields[3])
+	if n > 0 {
+		v.Headers = make([]Header, n)
+		h := dec{b: b[hdrStart:strEnd]}
+		for i := range v.Headers {
+			v.Headers[i] = Header{Name: sub(h.raw()), Value: sub(h.raw())}
+		}
+	}
+	if copyBody {
+		v.Body = make([]byte, len(body))
+		copy(v.Body, body)
+	} else {
+		v.Body = body[:len(body):len(body)]
 	}
 	return v, nil
 }

@@ -120,7 +120,52 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 			if want := normEnvelope(in); !reflect.DeepEqual(*out, want) {
 				t.Fatalf("decoded envelope aliases the encoded bytes")
 			}
+			checkEncodingForms(t, &in)
 		})
+	}
+}
+
+// checkEncodingForms: EnvelopeSize is the encoding's exact length (so
+// EncodeEnvelope allocates once and never grows), AppendEnvelope appends
+// the same bytes after what dst holds, and DecodeEnvelopeAliasBody decodes
+// the same value with a Body that is a sub-slice of its input and strings
+// that are not.
+func checkEncodingForms(t *testing.T, in *store.Envelope) {
+	t.Helper()
+	enc := store.EncodeEnvelope(in)
+	if got := store.EnvelopeSize(in); got != len(enc) {
+		t.Fatalf("EnvelopeSize = %d, encoding is %d bytes", got, len(enc))
+	}
+	if cap(enc) != len(enc) {
+		t.Fatalf("EncodeEnvelope: cap %d for %d bytes (the buffer was not exactly sized)", cap(enc), len(enc))
+	}
+	prefix := []byte("prefix")
+	app := store.AppendEnvelope(slices.Clone(prefix), in)
+	if !bytes.Equal(app[:len(prefix)], prefix) || !bytes.Equal(app[len(prefix):], enc) {
+		t.Fatalf("AppendEnvelope did not append the encoding after dst")
+	}
+	own := slices.Clone(enc)
+	got, err := store.DecodeEnvelopeAliasBody(own)
+	if err != nil {
+		t.Fatalf("DecodeEnvelopeAliasBody: %v", err)
+	}
+	want := normEnvelope(*in)
+	if !reflect.DeepEqual(*got, want) {
+		t.Fatalf("DecodeEnvelopeAliasBody differs:\n got %s\nwant %s", brief(*got), brief(want))
+	}
+	if len(got.Body) > 0 && &got.Body[0] != &own[len(own)-len(got.Body)] {
+		t.Fatalf("DecodeEnvelopeAliasBody copied the body")
+	}
+	if cap(got.Body) != len(got.Body) {
+		t.Fatalf("aliased Body has spare capacity %d: an append would write into the caller's buffer", cap(got.Body)-len(got.Body))
+	}
+	// Scribbling over everything but the body leaves the strings intact.
+	for i := range own[:len(own)-len(got.Body)] {
+		own[i] ^= 0x5a
+	}
+	want.Body = got.Body
+	if !reflect.DeepEqual(*got, want) {
+		t.Fatalf("DecodeEnvelopeAliasBody's strings alias the input")
 	}
 }
 
@@ -224,11 +269,13 @@ func codecCases() []codecCase {
 	del := sampleDelivery()
 	ded := sampleDedupe()
 	decEnv := func(b []byte) error { _, err := store.DecodeEnvelope(b); return err }
+	decEnvAlias := func(b []byte) error { _, err := store.DecodeEnvelopeAliasBody(b); return err }
 	decDel := func(b []byte) error { _, err := store.DecodeDelivery(b); return err }
 	decDed := func(b []byte) error { _, err := store.DecodeDedupe(b); return err }
 	return []codecCase{
 		{"envelope", store.EncodeEnvelope(&env), decEnv},
 		{"empty envelope", store.EncodeEnvelope(&envEmpty), decEnv},
+		{"envelope, body aliased", store.EncodeEnvelope(&env), decEnvAlias},
 		{"delivery", store.EncodeDelivery(&del), decDel},
 		{"empty delivery", store.EncodeDelivery(&store.Delivery{}), decDel},
 		{"dedupe", store.EncodeDedupe(&ded), decDed},
@@ -462,6 +509,9 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			}
 			return
 		}
+		if va, aerr := store.DecodeEnvelopeAliasBody(slices.Clone(in)); aerr != nil || !reflect.DeepEqual(*va, *v) {
+			t.Fatalf("DecodeEnvelopeAliasBody disagrees with DecodeEnvelope: %v", aerr)
+		}
 		snapshot := cloneEnvelope(*v)
 		for i := range in {
 			in[i] = ^in[i]
@@ -521,6 +571,9 @@ func FuzzEnvelopeRoundTrip(f *testing.F) {
 		enc := store.EncodeEnvelope(&v)
 		if again := store.EncodeEnvelope(&v); !bytes.Equal(enc, again) {
 			t.Fatalf("encoding is not deterministic")
+		}
+		if n := store.EnvelopeSize(&v); n != len(enc) {
+			t.Fatalf("EnvelopeSize = %d, encoding is %d bytes", n, len(enc))
 		}
 		got, err := store.DecodeEnvelope(enc)
 		if err != nil {
