@@ -142,11 +142,29 @@ type Holder interface {
 	Hold(id [16]byte, h queue.ClaimHolder) bool
 }
 
+// BodyReleaser is a Committer's promise that lets the edge reuse body
+// buffers (bodypool.go, B1): once Submit has returned, with no error or
+// with any error but the context's, neither the committer nor anything it
+// handed the record to still references rec.Body. queue.Queue makes it. A
+// committer without it (wal.type none, whose sinks may still be reading
+// after a timeout) leaves every body to the garbage collector.
+type BodyReleaser interface {
+	ReleasesBody()
+}
+
 // Handler serves POST {prefix}/{source} or {prefix}/{tenant}/{source}.
 type Handler struct {
 	o   Options
 	log *slog.Logger
 	hso HandshakeObserver // o.Observer's optional ability, or nil
+	// bodies are the pooled body buffers; releases is whether the committer
+	// is a BodyReleaser (B1).
+	bodies   *bodyPool
+	releases bool
+	// jsonCT is the Content-Type value of every JSON answer. Assigned, not
+	// Set, so an answer does not allocate it: net/http copies a handler's
+	// header map when the status is written and never writes into it.
+	jsonCT []string
 }
 
 // New builds the ingest handler.
@@ -167,7 +185,9 @@ func New(o Options) *Handler {
 		o.Budget = NewBudget(max(256<<20, o.MaxBodyBytes))
 	}
 	hso, _ := o.Observer.(HandshakeObserver)
-	return &Handler{o: o, log: o.Logger.With("component", "edge"), hso: hso}
+	_, releases := o.Committer.(BodyReleaser)
+	return &Handler{o: o, log: o.Logger.With("component", "edge"), hso: hso,
+		bodies: newBodyPool(), releases: releases, jsonCT: []string{"application/json"}}
 }
 
 // route splits the path after the prefix into tenant and source.
@@ -233,8 +253,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var held int64
-	defer func() { h.o.Budget.Release(held) }()
-	body, err := readBody(w, r, h.o.Budget, h.o.MaxBodyBytes, &held)
+	// shared: the body may be read by someone else after this request
+	// (B1), so its pooled buffer is not given back.
+	var pb *bodyBuf
+	shared := false
+	defer func() {
+		h.o.Budget.Release(held)
+		if pb != nil && !shared {
+			h.bodies.put(pb)
+		}
+	}()
+	body, pb, err := readBody(w, r, h.o.Budget, h.bodies, h.o.MaxBodyBytes, &held)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.Is(err, errBudget) {
@@ -268,6 +297,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			switch src.OnFailure {
 			case OnFailureQuarantine:
 				if h.o.Quarantine != nil {
+					shared = true // the pen is not a BodyReleaser
 					h.quarantine(w, r, start, src, tenant, headers, body, reason)
 					return
 				}
@@ -306,6 +336,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.DedupeKey, rec.DedupeTTL = k, src.Dedupe.TTL()
 	}
 	var res queue.Result
+	shared = true // B1: the committer holds rec from here on
 	if h.o.Claims != nil && rec.DedupeKey != "" {
 		var done bool
 		if res, done, err = h.submitClaimed(w, r, start, rec); done {
@@ -314,13 +345,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		res, err = h.o.Committer.Submit(r.Context(), rec)
 	}
+	if h.releases && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		// B1: Submit returned from the committer's answer, not because the
+		// client left while the record may still be queued.
+		shared = false
+	}
 	switch {
 	case err == nil:
 		outcome := OutcomeAccepted
 		if res.Duplicate {
 			outcome = OutcomeDuplicate
 		}
-		writeAccepted(w, res)
+		h.writeAccepted(w, res)
 		h.o.Observer.Ingest(src.ID, outcome, h.o.Now().Sub(start))
 	case errors.Is(err, queue.ErrOverload):
 		h.unavailable(w, start, src.ID, "overload", h.o.RetryAfterSecs)
@@ -449,7 +485,7 @@ func (h *Handler) submitClaimed(w http.ResponseWriter, r *http.Request, start ti
 	case c.Committed:
 		// The key names a hook another node acked: promote ran only after
 		// that hook was durable, so this duplicate never precedes it.
-		writeAccepted(w, queue.Result{ID: c.ID, Duplicate: true})
+		h.writeAccepted(w, queue.Result{ID: c.ID, Duplicate: true})
 		h.o.Observer.Ingest(rec.Source, OutcomeDuplicate, h.o.Now().Sub(start))
 		return queue.Result{}, true, nil
 	}
@@ -508,22 +544,47 @@ func (hc heldClaim) Release()            { hc.s.Release(hc.c) }
 // forwarded exactly; the queue sinks' JSON carries a value that is not
 // valid UTF-8 with U+FFFD in place of the invalid bytes (encoding/json), the
 // HTTP sink forwards no provider headers.
+//
+// Allocations: the sorted names (on the stack for up to 32 names), the
+// result, and one string that every lower-case name is cut from; the
+// values are the request's own strings.
 func captureHeaders(hdr http.Header) ([]store.Header, string) {
-	names := make([]string, 0, len(hdr))
-	for n := range hdr {
+	var nbuf [32]string
+	names := nbuf[:0]
+	values, nameBytes := 0, 0
+	for n, vs := range hdr {
 		names = append(names, n)
+		values += len(vs)
+		nameBytes += len(n)
 	}
 	sort.Strings(names)
-	out := make([]store.Header, 0, len(names))
+	// First pass, in sorted order: check every name and value (the first
+	// bad one is reported) and lower-case the names into one buffer.
+	var lower strings.Builder
+	lower.Grow(nameBytes)
 	for _, n := range names {
 		if !validName(n) {
 			return nil, n
 		}
-		ln := strings.ToLower(n)
+		for i := 0; i < len(n); i++ { // ASCII only: validName holds
+			c := n[i]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			lower.WriteByte(c)
+		}
 		for _, v := range hdr[n] {
 			if !validValue(v) {
-				return nil, ln
+				return nil, strings.ToLower(n)
 			}
+		}
+	}
+	all := lower.String()
+	out := make([]store.Header, 0, values)
+	for _, n := range names {
+		ln := all[:len(n)]
+		all = all[len(n):]
+		for _, v := range hdr[n] {
 			out = append(out, store.Header{Name: ln, Value: v})
 		}
 	}
@@ -558,21 +619,34 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // writeAccepted writes the 201 body by hand: it is the hot path's only
-// answer, and a map through encoding/json cost measurably more.
-func writeAccepted(w http.ResponseWriter, res queue.Result) {
+// answer, and a map through encoding/json cost measurably more. Its
+// Content-Length is net/http's: a handler that returns without flushing an
+// answer this short gets the length computed from the buffered bytes.
+func (h *Handler) writeAccepted(w http.ResponseWriter, res queue.Result) {
 	var buf [96]byte
 	b := append(buf[:0], `{"id":"`...)
-	b = append(b, uuid.UUID(res.ID).String()...)
+	b = appendUUID(b, res.ID)
 	b = append(b, `","status":"accepted"`...)
 	if res.Duplicate {
 		b = append(b, `,"duplicate":true`...)
 	}
 	b = append(b, "}\n"...)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.Header()["Content-Type"] = h.jsonCT
 	w.WriteHeader(http.StatusCreated)
 	_, _ = w.Write(b)
+}
+
+// appendUUID appends id in the canonical 8-4-4-4-12 form, as
+// uuid.UUID.String does, without allocating a string.
+func appendUUID(b []byte, id [16]byte) []byte {
+	const digits = "0123456789abcdef"
+	for i, c := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, digits[c>>4], digits[c&0xf])
+	}
+	return b
 }
 
 // quarantine holds a hook that failed verification: 202 once it is durably

@@ -265,6 +265,13 @@ func (q *Queue) Submit(ctx context.Context, rec *Record) (Result, error) {
 	}
 }
 
+// ReleasesBody marks the promise the edge reuses body buffers on
+// (edge.BodyReleaser): once Submit has returned anything but ctx.Err(),
+// nothing in the queue references rec any more. The writer reads rec
+// (encoding its body into the envelope, which the batch and the intake
+// record own) before it answers, and nothing reads it after the answer.
+func (*Queue) ReleasesBody() {}
+
 // Reclaimed lowers the counters after dispatch removed fully delivered hooks.
 func (q *Queue) Reclaimed(hooks, deliveries int) {
 	q.writer.hooks.Add(^uint64(hooks - 1))
