@@ -196,15 +196,16 @@ func (h *Handler) route(path string) (tenant, source string, ok bool) {
 	if !found || rest == "" {
 		return "", "", false
 	}
-	parts := strings.Split(rest, "/")
+	// Cut, not Split: the hot path allocates no slice for two segments.
+	first, second, two := strings.Cut(rest, "/")
 	switch {
-	case h.o.Routing == "tenant_path" && len(parts) == 2:
-		if !tenantRE.MatchString(parts[0]) {
+	case h.o.Routing == "tenant_path" && two && !strings.Contains(second, "/"):
+		if !tenantRE.MatchString(first) {
 			return "", "", false
 		}
-		return parts[0], parts[1], parts[1] != ""
-	case h.o.Routing != "tenant_path" && len(parts) == 1:
-		return "", parts[0], true
+		return first, second, second != ""
+	case h.o.Routing != "tenant_path" && !two:
+		return "", first, true
 	}
 	return "", "", false
 }
