@@ -55,6 +55,27 @@ type writer struct {
 	localReq chan localRequest // the reconciler's complete-local requests
 
 	dual *dualState // nil under wal.type: disk
+
+	// envScratch is the run goroutine's envelope buffer under disk, where
+	// the batch copies a value and nothing else reads it (issue 14: one
+	// allocation and one body-sized copy per hook less).
+	envScratch []byte
+}
+
+// maxScratchEnvelope: a larger envelope is encoded into a buffer of its
+// own, so the writer does not keep a max_body_bytes buffer for good.
+const maxScratchEnvelope = 1 << 20
+
+// batchSize estimates a group's batch: each record's bytes plus its
+// envelope's fixed fields and its rows' keys and values. Reserved up front
+// (store.NewBatchSized) so that a group of large hooks is not copied over
+// and over as the batch doubles.
+func batchSize(items []*item) int {
+	n := 0
+	for _, it := range items {
+		n += int(it.size) + envelopeOverhead + 64*(4+2*len(it.rec.Sinks))
+	}
+	return n
 }
 
 func newWriter(st *store.Store, opts *Options, b *batcher, s *syncer) (*writer, error) {
@@ -223,7 +244,7 @@ func (w *writer) commit(items []*item) {
 		return
 	}
 	g := &commitGroup{
-		now: now, nowMs: now.UnixMilli(), dual: w.dual != nil, batch: w.st.NewBatch(),
+		now: now, nowMs: now.UnixMilli(), dual: w.dual != nil, batch: w.st.NewBatchSized(batchSize(items)),
 		replies: make([]pendingReply, 0, len(items)), firstSeq: w.nextSeq, start: time.Now(),
 	}
 	defer g.batch.Close()
@@ -377,7 +398,18 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 		}
 		g.inGroup[string(uk)] = original{id: it.id, seq: seq}
 	}
+	scratch := !g.dual && store.EnvelopeSize(&env) <= maxScratchEnvelope
+	if scratch {
+		// Under disk only the batch reads the value, and Set copies it.
+		w.envScratch = store.AppendEnvelope(w.envScratch[:0], &env)
+		h.Value = w.envScratch
+	}
 	rows, _ := g.batch.PutHook(h) // a dead batch fails the apply
+	if scratch {
+		// The scratch is the next hook's: the kept rows lose the value
+		// (the fence deletes by key; under dual nothing uses scratch).
+		rows[0].Value = nil
+	}
 	g.rows = append(g.rows, rows...)
 	g.sinks += uint64(len(r.Sinks))
 	g.replies = append(g.replies, pendingReply{it: it, res: Result{ID: it.id, Seq: seq}, need: seq})

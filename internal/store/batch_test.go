@@ -39,35 +39,42 @@ func TestBatch_NeverNilAndNeverAppliedAcrossGenerations(t *testing.T) {
 			return store.ErrFailed
 		}, false},
 	}
+	// NewBatchSized keeps NewBatch's contract whatever it reserves.
+	makers := map[string]func(*store.Store) *store.Batch{
+		"NewBatch":      (*store.Store).NewBatch,
+		"NewBatchSized": func(st *store.Store) *store.Batch { return st.NewBatchSized(1 << 20) },
+	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			gate := testutil.NewWALSyncGate()
-			st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
-			var b *store.Batch
-			if !tc.after {
-				b = st.NewBatch()
-			}
-			want := tc.breakIt(t, st, gate)
-			if tc.after {
-				b = st.NewBatch()
-			}
-			if b == nil {
-				t.Fatal("NewBatch returned nil")
-			}
-			defer b.Close()
-			_ = b.Set([]byte("k"), []byte("v"), nil)
-			_ = b.Delete([]byte("j"), nil)
-			for name, apply := range map[string]func(*store.Batch) error{"Apply": st.Apply, "ApplySync": st.ApplySync} {
-				if err := apply(b); !errors.Is(err, want) {
-					t.Fatalf("%s: %v, want %v", name, err, want)
+		for mname, mk := range makers {
+			t.Run(tc.name+"/"+mname, func(t *testing.T) {
+				gate := testutil.NewWALSyncGate()
+				st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+				var b *store.Batch
+				if !tc.after {
+					b = mk(st)
 				}
-			}
-			if tc.name == "built before a Reopen, applied after" {
-				if v, err := st.Get([]byte("k")); err != nil || v != nil {
-					t.Fatalf("the stale batch's row: %q %v, want absent", v, err)
+				want := tc.breakIt(t, st, gate)
+				if tc.after {
+					b = mk(st)
 				}
-			}
-		})
+				if b == nil {
+					t.Fatal("NewBatch returned nil")
+				}
+				defer b.Close()
+				_ = b.Set([]byte("k"), []byte("v"), nil)
+				_ = b.Delete([]byte("j"), nil)
+				for name, apply := range map[string]func(*store.Batch) error{"Apply": st.Apply, "ApplySync": st.ApplySync} {
+					if err := apply(b); !errors.Is(err, want) {
+						t.Fatalf("%s: %v, want %v", name, err, want)
+					}
+				}
+				if tc.name == "built before a Reopen, applied after" {
+					if v, err := st.Get([]byte("k")); err != nil || v != nil {
+						t.Fatalf("the stale batch's row: %q %v, want absent", v, err)
+					}
+				}
+			})
+		}
 	}
 }
 
