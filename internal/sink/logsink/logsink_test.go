@@ -11,9 +11,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/ankusa/ankusa/internal/hook"
 	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/sink/logsink"
-	"github.com/ankusa/ankusa/internal/store"
 )
 
 // TestDeliverLine: one line per delivery with the documented fields
@@ -24,7 +24,7 @@ func TestDeliverLine(t *testing.T) {
 	base := sink.Message{
 		ID: uuid.MustParse("0190a5e0-0000-7000-8000-000000000001"), Seq: 42, Tenant: "acme", Source: "github",
 		ContentType: "application/json", Body: body, SHA256: sha256.Sum256(body), Attempt: 3,
-		Headers: []store.Header{{Name: "x-token", Value: "header-value-not-logged"}},
+		Headers: []hook.Header{{Name: "x-token", Value: "header-value-not-logged"}},
 	}
 	want := map[string]any{
 		"level": "INFO", "msg": "hook delivered", "component": "sink.log",
