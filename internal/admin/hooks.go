@@ -156,18 +156,14 @@ var errNoHook = errors.New("no such hook")
 
 // lookup follows the id index to the envelope.
 func (a *api) lookup(id uuid.UUID) (*store.Envelope, error) {
-	v, err := a.d.Store.Get(store.HookIDKey(id))
+	seq, found, err := a.d.Store.LookupHookID(id)
 	if err != nil {
 		return nil, err
 	}
-	if v == nil {
+	if !found {
 		return nil, errNoHook
 	}
-	seq, ok := store.ParseU64(v)
-	if !ok {
-		return nil, fmt.Errorf("hook index %s: %w", id, store.ErrCorrupt)
-	}
-	raw, err := a.d.Store.Get(store.HookKey(seq))
+	raw, err := a.d.Store.ReadHook(seq)
 	if err != nil {
 		return nil, err
 	}
@@ -185,17 +181,14 @@ func (a *api) lookup(id uuid.UUID) (*store.Envelope, error) {
 func (a *api) deliveries(seq uint64) ([]deliveryView, map[uint16]string, error) {
 	out := []deliveryView{}
 	sinks := map[uint16]string{}
-	prefix := store.DeliveryPrefix(seq)
 	var decodeErr error
-	err := a.d.Store.Scan(prefix, store.PrefixEnd(prefix), func(k, val []byte) bool {
+	err := a.d.Store.ScanDeliveries(seq, func(num uint16, val []byte) bool {
 		d, err := store.DecodeDelivery(val)
 		if err != nil {
 			decodeErr = err
 			return false
 		}
-		if _, num, ok := store.ParseSeqSinkKey(k); ok {
-			sinks[num] = d.SinkID
-		}
+		sinks[num] = d.SinkID
 		dv := deliveryView{
 			Sink:      d.SinkID,
 			State:     store.StateName(d.State),

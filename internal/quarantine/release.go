@@ -2,6 +2,7 @@ package quarantine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -153,11 +154,11 @@ func (r *Release) releaseOne(ctx context.Context, it item) (ok bool, err error) 
 			return false, nil
 		}
 	}
-	v, err := r.pen.st.Get(store.HookIDKey(env.ID))
-	if err != nil {
+	_, committed, err := r.pen.st.LookupHookID(env.ID)
+	if err != nil && !errors.Is(err, store.ErrCorrupt) {
 		return false, fmt.Errorf("quarantine: release: %w", err)
 	}
-	if v != nil {
+	if committed {
 		return true, nil // committed by an earlier step that crashed before its delete
 	}
 	rec := &queue.Record{

@@ -604,8 +604,8 @@ func (m *Manager) pending(e *entry) (due []dueRow, inflight int, err error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	err = m.o.Store.Scan([]byte{store.PrefixInflight}, []byte{store.PrefixInflight + 1}, func(k, _ []byte) bool {
-		if _, num, ok := store.ParseSeqSinkKey(k); ok && e.sinks[num] != nil {
+	err = m.o.Store.ScanInflight(func(_ uint64, num uint16) bool {
+		if e.sinks[num] != nil {
 			inflight++
 		}
 		return true
@@ -618,8 +618,8 @@ func (m *Manager) pending(e *entry) (due []dueRow, inflight int, err error) {
 
 func (m *Manager) dueRows(e *entry) ([]dueRow, error) {
 	var due []dueRow
-	err := m.o.Store.Scan([]byte{store.PrefixDue}, []byte{store.PrefixDue + 1}, func(k, _ []byte) bool {
-		if at, seq, num, ok := store.ParseTimedKey(k); ok && e.sinks[num] != nil {
+	err := m.o.Store.ScanDue(0, func(at int64, seq uint64, num uint16) bool {
+		if e.sinks[num] != nil {
 			due = append(due, dueRow{at, seq, num})
 		}
 		return true

@@ -1,6 +1,9 @@
 package store
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // API-managed sources (s + id → the sources package's JSON record). The
 // store keeps the bytes; internal/sources owns their encoding.
@@ -99,4 +102,20 @@ func (s *Store) ScanPen(after []byte, sinceMs, untilMs int64, fn func(r PenRow) 
 		}
 		return fn(PenRow{PenRef: PenRef{ReceivedAtMs: at, ID: id}, Value: v})
 	})
+}
+
+// LookupHookID reads the id index row of id (i + id): ok false if there is
+// none; a row that does not hold a seq is ErrCorrupt, where HookSeq reads
+// it as absent. The operator API's hook lookup reports the corruption, and
+// a quarantine release counts an indexed id as committed either way.
+func (s *Store) LookupHookID(id [16]byte) (seq uint64, ok bool, err error) {
+	v, err := s.Get(HookIDKey(id))
+	if err != nil || v == nil {
+		return 0, false, err
+	}
+	seq, ok = ParseU64(v)
+	if !ok {
+		return 0, true, fmt.Errorf("hook index %x: %w", id, ErrCorrupt)
+	}
+	return seq, true, nil
 }

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -192,5 +193,42 @@ func TestPenRoundTrip(t *testing.T) {
 	_ = st.ScanPen(nil, 0, store.PenOpen, func(r store.PenRow) bool { got = append(got, r.Value...); return true })
 	if string(got) != "abde" {
 		t.Fatalf("after delete: %q, want abde", got)
+	}
+}
+
+// TestLookupHookID: an index row that holds a seq gives it, no row is not
+// found, and a row that holds no seq is ErrCorrupt but present (HookSeq
+// reads it as absent; the operator API must tell the two apart).
+func TestLookupHookID(t *testing.T) {
+	tests := []struct {
+		name        string
+		row         []byte // nil: no index row
+		wantSeq     uint64
+		wantOK      bool
+		wantCorrupt bool
+	}{
+		{"absent", nil, 0, false, false},
+		{"a seq", store.U64(42), 42, true, false},
+		{"seq 0", store.U64(0), 0, true, false},
+		{"not a seq", []byte{1, 2, 3}, 0, true, true},
+		{"empty", []byte{}, 0, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+			id := penID(9)
+			if tt.row != nil {
+				b := st.NewBatch()
+				_ = b.Set(store.HookIDKey(id), tt.row, nil)
+				if err := st.ApplySync(b); err != nil {
+					t.Fatalf("apply: %v", err)
+				}
+			}
+			seq, ok, err := st.LookupHookID(id)
+			if seq != tt.wantSeq || ok != tt.wantOK || errors.Is(err, store.ErrCorrupt) != tt.wantCorrupt ||
+				(err != nil && !tt.wantCorrupt) {
+				t.Fatalf("LookupHookID = %d, %v, %v; want %d, %v, corrupt %v", seq, ok, err, tt.wantSeq, tt.wantOK, tt.wantCorrupt)
+			}
+		})
 	}
 }

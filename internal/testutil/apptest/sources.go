@@ -1,5 +1,3 @@
-// Package apptest holds test helpers that need the app's wiring over a
-// real config, for the packages that must not import config themselves.
 package apptest
 
 import (
