@@ -38,6 +38,10 @@ func kafkaNode(t *testing.T, c *kfake.Cluster, node string, maxRecord int64) *ka
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = in.Close() })
+	// The adapter learns it is ready in the background (a metadata answer
+	// for the partition); a submit before that meets a closed log, as the
+	// binary never does (app waits for Ready before serving).
+	testutil.Eventually(t, 10*time.Second, "kafka intake ready", in.Ready)
 	return in
 }
 
