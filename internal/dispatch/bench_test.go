@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -98,7 +100,8 @@ func BenchmarkDeliverAndReclaim(b *testing.B) {
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/hook")
 }
 
-// BenchmarkParkedBacklog: parked hooks due at a dead sink (its breaker
+// BenchmarkParkedBacklog: parked hooks (200 000, or ANKUSA_BENCH_PARKED)
+// due at a dead sink (its breaker
 // opens after 5 failures, 1 s cooldown, so a probe every second), then
 // b.N hooks of another source delivered. Reports the cores the idle
 // process uses over 5 s with the backlog parked (after 20 s for Pebble to
@@ -106,6 +109,9 @@ func BenchmarkDeliverAndReclaim(b *testing.B) {
 // of the other source's deliveries.
 func BenchmarkParkedBacklog(b *testing.B) {
 	parked := 200_000
+	if v, err := strconv.Atoi(os.Getenv("ANKUSA_BENCH_PARKED")); err == nil {
+		parked = v // the backlog's size; 0 for the same run without one
+	}
 	st := testutil.OpenStore(b, testutil.TempStoreDir(b), vfs.Default)
 	load(b, st, 1, parked, "dead", 1)
 	dead, live := &countSink{fail: true}, &countSink{}
@@ -125,7 +131,7 @@ func BenchmarkParkedBacklog(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer d.Stop()
-	for dead.n.Load() < 5 {
+	for parked > 0 && dead.n.Load() < 5 {
 		time.Sleep(time.Millisecond)
 	}
 	// The breaker is open and the backlog parked; Pebble's flushes and
