@@ -1,7 +1,9 @@
-// Package apptest starts whole instances in the test process for the tests
-// outside internal/app (end-to-end, console, deployment, examples), so that
-// none of them copies the build, start and stop block. It is a package of
-// its own so that plain testutil users do not link every stage of the
+// Package apptest holds the test helpers that need the app's wiring: whole
+// instances in the test process for the tests outside internal/app
+// (end-to-end, console, deployment, examples; Start, Boot), so that none of
+// them copies the build, start and stop block, and API-managed sources
+// under the binary's source rules (SourcesEnv, sources.go). It is a package
+// of its own so that plain testutil users do not link every stage of the
 // binary; tests inside internal/app cannot import it (an import cycle) and
 // use their own startForTest.
 package apptest
