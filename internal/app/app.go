@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -44,7 +43,7 @@ import (
 type Options struct {
 	Logger *slog.Logger
 	// FS replaces the real disk under the store (errorfs, crashable mem).
-	FS vfs.FS
+	FS store.FS
 	// OnFatal is called when the store cannot be reopened after a failure;
 	// the binary exits with ExitStoreFatal. Nil only logs.
 	OnFatal func(error)

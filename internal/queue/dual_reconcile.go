@@ -43,7 +43,7 @@ func (w *writer) completeLocal(es []*pendingEntry) error {
 	var present []*pendingEntry
 	deliveries := uint64(0)
 	for _, e := range es {
-		v, err := w.st.Get(store.HookKey(e.seq))
+		v, err := w.st.ReadHook(e.seq)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/ankusa/ankusa/internal/intake"
@@ -222,16 +223,16 @@ func (a *applier) flush() error {
 			a.sum.Present++
 			continue
 		}
-		if v, err := a.st.Get(store.HookIDKey(env.ID)); err != nil {
+		if has, err := a.st.HasHookID(env.ID); err != nil {
 			return err
-		} else if v != nil {
+		} else if has {
 			a.sum.Present++
 			continue
 		}
 		seq := p.r.Seq
 		existing, seen := inChunk[seq]
 		if !seen {
-			v, err := a.st.Get(store.HookKey(seq))
+			v, err := a.st.ReadHook(seq)
 			if err != nil {
 				return err
 			}
@@ -341,12 +342,13 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 	// Page through the hooks above the watermark, 256 at a time, publishing
 	// each page outside the scan (a publish must not hold the store's read
 	// lock, and a first dual boot may republish a whole store).
-	lower := store.HookKey(wm + 1)
+	from := wm + 1
 	for {
 		var page []intake.Record
-		var lastKey []byte
-		err := st.Scan(lower, []byte{store.PrefixHook + 1}, func(k, v []byte) bool {
-			lastKey = append(lastKey[:0], k...)
+		var last uint64
+		scanned := false
+		err := st.ScanHooksFrom(from, func(seq uint64, v []byte) bool {
+			last, scanned = seq, true
 			if env, err := store.DecodeEnvelope(v); err == nil && !replayed[env.Seq] {
 				// A hook this replay just wrote is in the log already.
 				page = append(page, intake.Record{
@@ -368,10 +370,10 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 			}
 		}
 		sum.Republished += len(page)
-		if lastKey == nil || len(page) < 256 {
+		if !scanned || len(page) < 256 || last == math.MaxUint64 {
 			break
 		}
-		lower = append(lastKey, 0)
+		from = last + 1
 	}
 	if o.DryRun {
 		return nil

@@ -114,11 +114,11 @@ func (w *writer) recover() error {
 }
 
 func (w *writer) recount() error {
-	h, err := w.st.Count([]byte{store.PrefixHook})
+	h, err := w.st.CountHooks()
 	if err != nil {
 		return fmt.Errorf("count hooks: %w", err)
 	}
-	d, err := w.st.Count([]byte{store.PrefixDelivery})
+	d, err := w.st.CountDeliveries()
 	if err != nil {
 		return fmt.Errorf("count deliveries: %w", err)
 	}

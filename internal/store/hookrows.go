@@ -174,3 +174,28 @@ func (b *Batch) DeleteExpired(es []ExpiredDedupe) error {
 	}
 	return nil
 }
+
+// HasHookID reports whether a hook with id is stored (its id index row
+// exists, whatever it holds): boot replay skips a record already written,
+// under its own seq or re-sequenced by an earlier run.
+func (s *Store) HasHookID(id [16]byte) (bool, error) {
+	v, err := s.Get(HookIDKey(id))
+	return v != nil, err
+}
+
+// ScanHooksFrom calls fn with every hook row at seq ≥ from, in seq order,
+// until fn returns false. v is the encoded envelope, valid only during the
+// call (copy it to keep it).
+func (s *Store) ScanHooksFrom(from uint64, fn func(seq uint64, v []byte) bool) error {
+	return s.Scan(HookKey(from), []byte{PrefixHook + 1}, func(k, v []byte) bool {
+		seq, ok := ParseHookKey(k)
+		return !ok || fn(seq, v)
+	})
+}
+
+// CountHooks is how many hook rows the store holds.
+func (s *Store) CountHooks() (uint64, error) { return s.Count([]byte{PrefixHook}) }
+
+// CountDeliveries is how many delivery rows (one per hook and sink not yet
+// finished) the store holds.
+func (s *Store) CountDeliveries() (uint64, error) { return s.Count([]byte{PrefixDelivery}) }

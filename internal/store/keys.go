@@ -97,6 +97,14 @@ func HookKey(seq uint64) []byte {
 	return k
 }
 
+// ParseHookKey returns the seq of a hook (h) key.
+func ParseHookKey(k []byte) (uint64, bool) {
+	if len(k) != 9 || k[0] != PrefixHook {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(k[1:]), true
+}
+
 // HookIDKey is i + id.
 func HookIDKey(id [16]byte) []byte {
 	k := make([]byte, 17)

@@ -24,13 +24,18 @@ var ErrFailed = errors.New("store: write failed, store is fenced until reopened"
 // ErrClosed is returned after Close.
 var ErrClosed = errors.New("store: closed")
 
+// FS is the filesystem a store runs on: Pebble's vfs.FS, named here so
+// that the packages wiring a store (app, its tests' seams) need not import
+// Pebble (only store does).
+type FS = vfs.FS
+
 // Options configure Open.
 type Options struct {
 	// Dir is the Pebble directory (<data_dir>/store).
 	Dir string
 	// FS is the filesystem; nil means the real disk. Tests pass errorfs or
 	// vfs.NewCrashableMem here to inject failed fsyncs and power cuts.
-	FS vfs.FS
+	FS FS
 	// Logger receives Pebble's own messages. Nil means slog.Default().
 	Logger *slog.Logger
 	// MemTableSize overrides Pebble's default (bytes); 0 keeps ours.
