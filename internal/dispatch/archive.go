@@ -248,8 +248,10 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 			skipped++
 			continue
 		}
-		_, local, err := d.st.HookSeq(env.ID)
-		if err != nil {
+		// A malformed id index row still names a stored hook (LookupHookID):
+		// skipped, never written twice.
+		_, local, err := d.st.LookupHookID(env.ID)
+		if err != nil && !errors.Is(err, store.ErrCorrupt) {
 			return
 		}
 		occupied, err := d.st.ReadHook(env.Seq)

@@ -217,7 +217,7 @@ func (d *Dispatcher) Resend(ctx context.Context, id [16]byte, sinkID string) (Re
 }
 
 func (d *Dispatcher) resend(id [16]byte, sinkID string) (ResendResult, error) {
-	seq, ok, err := d.st.HookSeq(id)
+	seq, ok, err := d.st.LookupHookID(id)
 	if err != nil {
 		return ResendResult{}, err
 	}

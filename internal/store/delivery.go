@@ -193,16 +193,6 @@ type RetainedRow struct {
 // ReadHook returns the encoded envelope of hook seq, nil if absent.
 func (s *Store) ReadHook(seq uint64) ([]byte, error) { return s.Get(HookKey(seq)) }
 
-// HookSeq returns the seq of the hook with id (ok false if absent).
-func (s *Store) HookSeq(id [16]byte) (seq uint64, ok bool, err error) {
-	v, err := s.Get(HookIDKey(id))
-	if err != nil || v == nil {
-		return 0, false, err
-	}
-	seq, ok = ParseU64(v)
-	return seq, ok, nil
-}
-
 // ReadDelivery returns delivery (seq, sink), nil if absent.
 func (s *Store) ReadDelivery(seq uint64, sink uint16) (*Delivery, error) {
 	v, err := s.Get(DeliveryKey(seq, sink))

@@ -105,9 +105,10 @@ func (s *Store) ScanPen(after []byte, sinceMs, untilMs int64, fn func(r PenRow) 
 }
 
 // LookupHookID reads the id index row of id (i + id): ok false if there is
-// none; a row that does not hold a seq is ErrCorrupt, where HookSeq reads
-// it as absent. The operator API's hook lookup reports the corruption, and
-// a quarantine release counts an indexed id as committed either way.
+// none; a row that does not hold a seq is ErrCorrupt with ok true, since
+// the id is indexed either way: the operator API's hook lookup and a resend
+// report the corruption, and a quarantine release and an archive replay
+// count the id as stored (never written twice).
 func (s *Store) LookupHookID(id [16]byte) (seq uint64, ok bool, err error) {
 	v, err := s.Get(HookIDKey(id))
 	if err != nil || v == nil {

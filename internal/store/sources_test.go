@@ -197,8 +197,8 @@ func TestPenRoundTrip(t *testing.T) {
 }
 
 // TestLookupHookID: an index row that holds a seq gives it, no row is not
-// found, and a row that holds no seq is ErrCorrupt but present (HookSeq
-// reads it as absent; the operator API must tell the two apart).
+// found, and a row that holds no seq is ErrCorrupt but present (the
+// operator API must tell a corrupt index from a missing hook).
 func TestLookupHookID(t *testing.T) {
 	tests := []struct {
 		name        string
