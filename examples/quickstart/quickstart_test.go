@@ -21,7 +21,7 @@ import (
 	"github.com/ankusa/ankusa/internal/app"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/testutil"
-	"github.com/ankusa/ankusa/internal/testutil/apptest"
+	"github.com/ankusa/ankusa/internal/app/apptest"
 )
 
 // waitFor bounds every wait; reaching it is a failure, never part of a

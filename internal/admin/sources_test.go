@@ -8,12 +8,12 @@ import (
 	"testing"
 
 	"github.com/ankusa/ankusa/internal/admin"
+	"github.com/ankusa/ankusa/internal/app/apptest"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/sources"
 	"github.com/ankusa/ankusa/internal/sources/sourcestest"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
-	"github.com/ankusa/ankusa/internal/testutil/apptest"
 )
 
 const (

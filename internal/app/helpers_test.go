@@ -11,7 +11,7 @@ import (
 
 // startForTest builds an instance from cfg (the caller validates it),
 // starts it and stops it when the test ends; a failed New, Start or Stop
-// fails the test. It is testutil/apptest.Start for the tests inside this
+// fails the test. It is app/apptest.Start for the tests inside this
 // package, which cannot import that package (an import cycle).
 func startForTest(t *testing.T, cfg *config.Config) *Instance {
 	t.Helper()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ankusa/ankusa/internal/app"
+	"github.com/ankusa/ankusa/internal/app/apptest"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/edge"
@@ -18,7 +19,6 @@ import (
 	"github.com/ankusa/ankusa/internal/sources/sourcestest"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
-	"github.com/ankusa/ankusa/internal/testutil/apptest"
 )
 
 func parse(t *testing.T, js string) config.SourceConfig {

@@ -29,9 +29,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/ankusa/ankusa/internal/app"
+	"github.com/ankusa/ankusa/internal/app/apptest"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/testutil"
-	"github.com/ankusa/ankusa/internal/testutil/apptest"
 )
 
 const (

@@ -17,9 +17,9 @@ import (
 	"github.com/goccy/go-yaml"
 
 	"github.com/ankusa/ankusa/internal/app"
+	"github.com/ankusa/ankusa/internal/app/apptest"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/testutil"
-	"github.com/ankusa/ankusa/internal/testutil/apptest"
 )
 
 // repoRoot is the module root: test/deploy is two levels down.

@@ -25,9 +25,9 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ankusa/ankusa/internal/app"
+	"github.com/ankusa/ankusa/internal/app/apptest"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/testutil"
-	"github.com/ankusa/ankusa/internal/testutil/apptest"
 	"github.com/ankusa/ankusa/internal/testutil/natscluster"
 )
 
