@@ -19,9 +19,9 @@ import (
 
 	"github.com/ankusa/ankusa/examples/quickstart/quickworker"
 	"github.com/ankusa/ankusa/internal/app"
+	"github.com/ankusa/ankusa/internal/app/apptest"
 	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/testutil"
-	"github.com/ankusa/ankusa/internal/app/apptest"
 )
 
 // waitFor bounds every wait; reaching it is a failure, never part of a
