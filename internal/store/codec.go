@@ -304,7 +304,17 @@ func decodeEnvelope(b []byte, copyBody bool) (*Envelope, error) {
 
 // EncodeDelivery encodes a d value.
 func EncodeDelivery(v *Delivery) []byte {
-	e := enc{b: make([]byte, 0, 32+len(v.SinkID)+len(v.LastError))}
+	return appendDelivery(make([]byte, 0, deliverySize(v)), v)
+}
+
+// deliverySize bounds v's encoding (uvarint lengths of at most 3 bytes
+// cover strings under 2 MiB; a longer one only grows the buffer).
+func deliverySize(v *Delivery) int {
+	return 1 + 1 + 4 + 8 + 4 + 3*3 + len(v.SinkID) + len(v.LastError) + len(v.ReplayID)
+}
+
+func appendDelivery(dst []byte, v *Delivery) []byte {
+	e := enc{b: dst}
 	e.u8(deliveryV1)
 	e.u8(v.State)
 	e.u32(v.Attempts)
@@ -333,8 +343,10 @@ func DecodeDelivery(b []byte) (*Delivery, error) {
 }
 
 // EncodeDedupe encodes a u value.
-func EncodeDedupe(v *DedupeEntry) []byte {
-	e := enc{b: make([]byte, 0, 33)}
+func EncodeDedupe(v *DedupeEntry) []byte { return appendDedupe(make([]byte, 0, 33), v) }
+
+func appendDedupe(dst []byte, v *DedupeEntry) []byte {
+	e := enc{b: dst}
 	e.u8(dedupeV1)
 	e.u64(uint64(v.ExpiresAtMs))
 	e.b = append(e.b, v.ID[:]...)

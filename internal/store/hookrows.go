@@ -1,5 +1,7 @@
 package store
 
+import "encoding/binary"
+
 // hookrows.go owns the rows a new hook is stored as — the hook row, its id
 // index, its source and tenant listing indexes, one delivery row and one due
 // row per sink, and its dedupe and expiry rows — so the three writers of new
@@ -54,26 +56,62 @@ func HookRows(h *NewHook) []Row {
 	if val == nil {
 		val = EncodeEnvelope(env)
 	}
+	var a arena
+	a.b = make([]byte, 0, hookRowsSize(h))
 	rows := make([]Row, 0, 6+2*len(h.Sinks))
-	rows = append(rows, Row{HookKey(seq), val}, Row{HookIDKey(env.ID), U64(seq)})
+	rows = append(rows,
+		Row{a.cut(appendHookKey(a.b, seq)), val},
+		Row{a.cut(appendHookIDKey(a.b, env.ID)), nil})
+	rows[1].Value = a.cut(binary.BigEndian.AppendUint64(a.b, seq))
 	// The listing indexes (GET /v1/hooks?source|tenant) ride with the hook,
 	// so the fence undoes them with it.
-	idx := HookIndexKeys(env.Tenant, env.Source, seq)
-	rows = append(rows, Row{idx[0], nil}, Row{idx[1], nil})
+	rows = append(rows,
+		Row{a.cut(appendNameSeqKey(a.b, PrefixSourceIdx, env.Source, seq)), nil},
+		Row{a.cut(appendNameSeqKey(a.b, PrefixTenantIdx, env.Tenant, seq)), nil})
 	for _, sk := range h.Sinks {
-		rows = append(rows,
-			Row{DeliveryKey(seq, sk.Num), EncodeDelivery(&Delivery{
-				State: StateDue, NextAtMs: h.DueAtMs, Size: uint32(len(env.Body)), SinkID: sk.ID, ReplayID: h.ReplayID,
-			})},
-			Row{DueKey(h.DueAtMs, seq, sk.Num), nil})
+		k := a.cut(appendDeliveryKey(a.b, seq, sk.Num))
+		v := a.cut(appendDelivery(a.b, &Delivery{
+			State: StateDue, NextAtMs: h.DueAtMs, Size: uint32(len(env.Body)), SinkID: sk.ID, ReplayID: h.ReplayID,
+		}))
+		rows = append(rows, Row{k, v}, Row{a.cut(appendDueKey(a.b, h.DueAtMs, seq, sk.Num)), nil})
 	}
 	if h.Dedupe {
-		uk := DedupeKey(env.Tenant, env.Source, env.DedupeKey)
-		rows = append(rows,
-			Row{uk, EncodeDedupe(&DedupeEntry{ExpiresAtMs: h.DedupeExpiresAtMs, ID: env.ID, Seq: seq})},
-			Row{ExpiryKey(h.DedupeExpiresAtMs, uk), nil})
+		uk := a.cut(appendDedupeKey(a.b, env.Tenant, env.Source, env.DedupeKey))
+		v := a.cut(appendDedupe(a.b, &DedupeEntry{ExpiresAtMs: h.DedupeExpiresAtMs, ID: env.ID, Seq: seq}))
+		rows = append(rows, Row{uk, v}, Row{a.cut(appendExpiryKey(a.b, h.DedupeExpiresAtMs, uk)), nil})
 	}
 	return rows
+}
+
+// arena carves one hook's keys and values out of one allocation (issue
+// 14: a make per key and value was about ten allocations per hook on the
+// ingest path). Each piece is capped at its own length, so an append to
+// one can never write into the next; if the size estimate falls short,
+// append moves on to a new array and the pieces cut so far stay valid.
+type arena struct{ b []byte }
+
+// cut takes grown (a.b with one piece appended) as the new a.b and returns
+// the appended piece.
+// (A moved array holds the earlier pieces at the same offsets.)
+func (a *arena) cut(grown []byte) []byte {
+	start := len(a.b)
+	a.b = grown
+	return grown[start:len(grown):len(grown)]
+}
+
+// hookRowsSize is the bytes HookRows cuts from its arena: every key and
+// value but the envelope.
+func hookRowsSize(h *NewHook) int {
+	env := h.Env
+	n := 9 + 17 + 8 + (10 + len(env.Source)) + (10 + len(env.Tenant))
+	for _, sk := range h.Sinks {
+		n += 11 + 19 + deliverySize(&Delivery{SinkID: sk.ID, ReplayID: h.ReplayID})
+	}
+	if h.Dedupe {
+		uk := 3 + len(env.Tenant) + len(env.Source) + len(env.DedupeKey)
+		n += uk + 33 + 9 + uk - 1
+	}
+	return n
 }
 
 // PutHook adds every row of h to b (HookRows) and returns them: the commit

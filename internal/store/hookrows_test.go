@@ -3,6 +3,7 @@ package store_test
 import (
 	"bytes"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -216,5 +217,66 @@ func TestHookReads_ScanFromHasIDAndCounts(t *testing.T) {
 	}
 	if d, err := st.CountDeliveries(); err != nil || d != 4 {
 		t.Errorf("CountDeliveries = %d, %v; want 4", d, err)
+	}
+}
+
+// HookRows cuts its keys and values from one arena: they must be byte for
+// byte what the one-row builders make (the on-disk format is frozen), and
+// each must be capped at its own length, so that appending to one row's key
+// never writes into the next row.
+func TestHookRows_ArenaRowsMatchTheRowBuilders(t *testing.T) {
+	long := strings.Repeat("x", 300)
+	tests := []struct {
+		name           string
+		tenant, source string
+		dedupe         string
+		sinks          []store.HookSink
+		replayID       string
+	}{
+		{"one sink", "t", "s", "", []store.HookSink{{Num: 1, ID: "a"}}, ""},
+		{"three sinks and dedupe", "tenant-1", "github", "delivery-123", []store.HookSink{{Num: 1, ID: "a"}, {Num: 2, ID: "bb"}, {Num: 65535, ID: "ccc"}}, ""},
+		{"long names and a replay id", long, long, long, []store.HookSink{{Num: 9, ID: long}}, long},
+		{"no sinks", "t", "s", "k", nil, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := &store.Envelope{Seq: 77, ID: [16]byte{1, 2, 3}, Tenant: tc.tenant, Source: tc.source, DedupeKey: tc.dedupe, Body: []byte("0123456789")}
+			h := &store.NewHook{Env: env, Sinks: tc.sinks, DueAtMs: 123, Dedupe: tc.dedupe != "", DedupeExpiresAtMs: 456, ReplayID: tc.replayID}
+			want := []store.Row{{Key: store.HookKey(77), Value: store.EncodeEnvelope(env)}, {Key: store.HookIDKey(env.ID), Value: store.U64(77)}}
+			idx := store.HookIndexKeys(env.Tenant, env.Source, 77)
+			want = append(want, store.Row{Key: idx[0]}, store.Row{Key: idx[1]})
+			for _, sk := range tc.sinks {
+				want = append(want,
+					store.Row{Key: store.DeliveryKey(77, sk.Num), Value: store.EncodeDelivery(&store.Delivery{State: store.StateDue, NextAtMs: 123, Size: 10, SinkID: sk.ID, ReplayID: tc.replayID})},
+					store.Row{Key: store.DueKey(123, 77, sk.Num)})
+			}
+			if h.Dedupe {
+				uk := store.DedupeKey(env.Tenant, env.Source, env.DedupeKey)
+				want = append(want,
+					store.Row{Key: uk, Value: store.EncodeDedupe(&store.DedupeEntry{ExpiresAtMs: 456, ID: env.ID, Seq: 77})},
+					store.Row{Key: store.ExpiryKey(456, uk)})
+			}
+			got := store.HookRows(h)
+			if len(got) != len(want) {
+				t.Fatalf("%d rows, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if !bytes.Equal(got[i].Key, want[i].Key) || !bytes.Equal(got[i].Value, want[i].Value) {
+					t.Errorf("row %d = %x → %x, want %x → %x", i, got[i].Key, got[i].Value, want[i].Key, want[i].Value)
+				}
+			}
+			// Appending to every key and value leaves every other row as it was.
+			for i := range got {
+				_ = append(got[i].Key, 0xff, 0xff, 0xff)
+				if got[i].Value != nil {
+					_ = append(got[i].Value, 0xff, 0xff, 0xff)
+				}
+			}
+			for i := range want {
+				if !bytes.Equal(got[i].Key, want[i].Key) || !bytes.Equal(got[i].Value, want[i].Value) {
+					t.Errorf("after appends, row %d = %x → %x, want %x → %x", i, got[i].Key, got[i].Value, want[i].Key, want[i].Value)
+				}
+			}
+		})
 	}
 }

@@ -90,11 +90,10 @@ var (
 const FormatVersion = 1
 
 // HookKey is h + seq.
-func HookKey(seq uint64) []byte {
-	k := make([]byte, 9)
-	k[0] = PrefixHook
-	binary.BigEndian.PutUint64(k[1:], seq)
-	return k
+func HookKey(seq uint64) []byte { return appendHookKey(make([]byte, 0, 9), seq) }
+
+func appendHookKey(dst []byte, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, PrefixHook), seq)
 }
 
 // ParseHookKey returns the seq of a hook (h) key.
@@ -106,20 +105,20 @@ func ParseHookKey(k []byte) (uint64, bool) {
 }
 
 // HookIDKey is i + id.
-func HookIDKey(id [16]byte) []byte {
-	k := make([]byte, 17)
-	k[0] = PrefixHookID
-	copy(k[1:], id[:])
-	return k
+func HookIDKey(id [16]byte) []byte { return appendHookIDKey(make([]byte, 0, 17), id) }
+
+func appendHookIDKey(dst []byte, id [16]byte) []byte {
+	return append(append(dst, PrefixHookID), id[:]...)
 }
 
 // DeliveryKey is d + seq + sink.
 func DeliveryKey(seq uint64, sink uint16) []byte {
-	k := make([]byte, 11)
-	k[0] = PrefixDelivery
-	binary.BigEndian.PutUint64(k[1:], seq)
-	binary.BigEndian.PutUint16(k[9:], sink)
-	return k
+	return appendDeliveryKey(make([]byte, 0, 11), seq, sink)
+}
+
+func appendDeliveryKey(dst []byte, seq uint64, sink uint16) []byte {
+	dst = binary.BigEndian.AppendUint64(append(dst, PrefixDelivery), seq)
+	return binary.BigEndian.AppendUint16(dst, sink)
 }
 
 // DeliveryPrefix is d + seq: every delivery row of one hook.
@@ -132,36 +131,39 @@ func DeliveryPrefix(seq uint64) []byte {
 
 // DueKey is q + at + seq + sink.
 func DueKey(atMs int64, seq uint64, sink uint16) []byte {
-	k := make([]byte, 19)
-	k[0] = PrefixDue
-	binary.BigEndian.PutUint64(k[1:], uint64(atMs))
-	binary.BigEndian.PutUint64(k[9:], seq)
-	binary.BigEndian.PutUint16(k[17:], sink)
-	return k
+	return appendDueKey(make([]byte, 0, 19), atMs, seq, sink)
+}
+
+func appendDueKey(dst []byte, atMs int64, seq uint64, sink uint16) []byte {
+	dst = binary.BigEndian.AppendUint64(append(dst, PrefixDue), uint64(atMs))
+	dst = binary.BigEndian.AppendUint64(dst, seq)
+	return binary.BigEndian.AppendUint16(dst, sink)
 }
 
 // DedupeKey is u + tenant 0 source 0 key. Tenant and source ids cannot hold a
 // zero byte (config and routing restrict them), so the separators are unique.
 func DedupeKey(tenant, source, key string) []byte {
-	k := make([]byte, 0, 3+len(tenant)+len(source)+len(key))
-	k = append(k, PrefixDedupe)
-	k = append(k, tenant...)
-	k = append(k, 0)
-	k = append(k, source...)
-	k = append(k, 0)
-	k = append(k, key...)
-	return k
+	return appendDedupeKey(make([]byte, 0, 3+len(tenant)+len(source)+len(key)), tenant, source, key)
+}
+
+func appendDedupeKey(dst []byte, tenant, source, key string) []byte {
+	dst = append(dst, PrefixDedupe)
+	dst = append(append(dst, tenant...), 0)
+	dst = append(append(dst, source...), 0)
+	return append(dst, key...)
 }
 
 // ExpiryKey is e + expires_at + the dedupe key without its prefix byte.
 func ExpiryKey(expiresAtMs int64, dedupeKey []byte) []byte {
-	k := make([]byte, 9, 9+max(len(dedupeKey)-1, 0))
-	k[0] = PrefixExpiry
-	binary.BigEndian.PutUint64(k[1:], uint64(expiresAtMs))
+	return appendExpiryKey(make([]byte, 0, 9+max(len(dedupeKey)-1, 0)), expiresAtMs, dedupeKey)
+}
+
+func appendExpiryKey(dst []byte, expiresAtMs int64, dedupeKey []byte) []byte {
+	dst = binary.BigEndian.AppendUint64(append(dst, PrefixExpiry), uint64(expiresAtMs))
 	if len(dedupeKey) > 1 {
-		k = append(k, dedupeKey[1:]...)
+		dst = append(dst, dedupeKey[1:]...)
 	}
-	return k
+	return dst
 }
 
 // ParseExpiryKey splits an expiry key into its time and the dedupe key it names.
@@ -197,11 +199,7 @@ func PrefixEnd(p []byte) []byte {
 }
 
 // U64 encodes v big-endian.
-func U64(v uint64) []byte {
-	b := make([]byte, 8)
-	binary.BigEndian.PutUint64(b, v)
-	return b
-}
+func U64(v uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), v) }
 
 // ParseU64 decodes an 8-byte big-endian value.
 func ParseU64(b []byte) (uint64, bool) {
@@ -286,8 +284,12 @@ func NameIndexPrefix(prefix byte, name string) []byte {
 }
 
 func nameSeqKey(prefix byte, name string, seq uint64) []byte {
-	k := NameIndexPrefix(prefix, name)
-	return binary.BigEndian.AppendUint64(k, seq)
+	return appendNameSeqKey(make([]byte, 0, 10+len(name)), prefix, name, seq)
+}
+
+func appendNameSeqKey(dst []byte, prefix byte, name string, seq uint64) []byte {
+	dst = append(append(append(dst, prefix), name...), 0)
+	return binary.BigEndian.AppendUint64(dst, seq)
 }
 
 // ParseNameSeqKey returns the seq of a source or tenant index key.
