@@ -322,7 +322,16 @@ func (s *Store) Reopen() error {
 		}
 		s.db, s.fatal = nil, nil
 	}
-	return s.openLocked()
+	if err := s.openLocked(); err != nil {
+		return err
+	}
+	// The new generation holds what the WAL kept: a write the old one had
+	// applied without a sync may be gone — a claim that deleted a due row,
+	// say — so due rows can be back behind the dispatcher's cursor though no
+	// batch wrote them. The floor goes to the start: one full scan, where a
+	// floor too high would strand them.
+	s.lowerDueFloor(0)
+	return nil
 }
 
 // Close closes the store. It is safe to call twice.
