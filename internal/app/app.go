@@ -200,13 +200,7 @@ func New(cfg *config.Config, o Options) (_ *Instance, err error) {
 		}
 	}
 
-	var refs []store.SinkRef
-	for id, sc := range cfg.Sources {
-		for _, sk := range sc.Sinks {
-			refs = append(refs, store.SinkRef{Source: id, Sink: sk.ID})
-		}
-	}
-	nums, err := st.SinkNumbers(refs)
+	nums, err := sinkNumbers(st, cfg)
 	if err != nil {
 		return nil, err
 	}

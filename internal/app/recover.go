@@ -65,13 +65,7 @@ func Recover(ctx context.Context, cfg *config.Config, f RecoverFlags, log *slog.
 		return queue.Summary{}, err
 	}
 	defer in.Close()
-	var refs []store.SinkRef
-	for id, sc := range cfg.Sources {
-		for _, k := range sc.Sinks {
-			refs = append(refs, store.SinkRef{Source: id, Sink: k.ID})
-		}
-	}
-	nums, err := st.SinkNumbers(refs)
+	nums, err := sinkNumbers(st, cfg)
 	if err != nil {
 		return queue.Summary{}, err
 	}

@@ -76,3 +76,16 @@ func closeTargets(ts map[uint16]dispatch.Target) {
 		_ = t.Sink.Close()
 	}
 }
+
+// sinkNumbers gives every (source, sink) of the config file its stable
+// number in the store (store.SinkNumbers): the serving instance and
+// `ankusa recover` key delivery rows by the same numbers.
+func sinkNumbers(st *store.Store, cfg *config.Config) (map[store.SinkRef]uint16, error) {
+	var refs []store.SinkRef
+	for id, sc := range cfg.Sources {
+		for _, sk := range sc.Sinks {
+			refs = append(refs, store.SinkRef{Source: id, Sink: sk.ID})
+		}
+	}
+	return st.SinkNumbers(refs)
+}
