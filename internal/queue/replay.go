@@ -223,7 +223,8 @@ func (a *applier) flush() error {
 			a.sum.Present++
 			continue
 		}
-		if has, err := a.st.HasHookID(env.ID); err != nil {
+		// A malformed id index row still names a stored hook (LookupHookID).
+		if _, has, err := a.st.LookupHookID(env.ID); err != nil && !errors.Is(err, store.ErrCorrupt) {
 			return err
 		} else if has {
 			a.sum.Present++
@@ -346,9 +347,8 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 	for {
 		var page []intake.Record
 		var last uint64
-		scanned := false
 		err := st.ScanHooksFrom(from, func(seq uint64, v []byte) bool {
-			last, scanned = seq, true
+			last = seq
 			if env, err := store.DecodeEnvelope(v); err == nil && !replayed[env.Seq] {
 				// A hook this replay just wrote is in the log already.
 				page = append(page, intake.Record{
@@ -370,7 +370,8 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 			}
 		}
 		sum.Republished += len(page)
-		if !scanned || len(page) < 256 || last == math.MaxUint64 {
+		// A page short of 256 means the scan ran out of hooks.
+		if len(page) < 256 || last == math.MaxUint64 {
 			break
 		}
 		from = last + 1

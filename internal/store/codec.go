@@ -142,19 +142,14 @@ func (d *dec) fixed(dst []byte) {
 	copy(dst, d.b)
 	d.b = d.b[len(dst):]
 }
+
+// bytes is a length-prefixed field, copied out of the input.
 func (d *dec) bytes() []byte {
+	v := d.raw()
 	if d.err != nil {
 		return nil
 	}
-	n, k := binary.Uvarint(d.b)
-	if k <= 0 || uint64(len(d.b)-k) < n {
-		d.err = ErrCorrupt
-		return nil
-	}
-	v := make([]byte, n)
-	copy(v, d.b[k:])
-	d.b = d.b[k+int(n):]
-	return v
+	return append(make([]byte, 0, len(v)), v...)
 }
 func (d *dec) str() string { return string(d.bytes()) }
 

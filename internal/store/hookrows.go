@@ -58,11 +58,11 @@ func HookRows(h *NewHook) []Row {
 	}
 	var a arena
 	a.b = make([]byte, 0, hookRowsSize(h))
+	hk := a.cut(appendHookKey(a.b, seq))
+	ik := a.cut(appendHookIDKey(a.b, env.ID))
+	iv := a.cut(binary.BigEndian.AppendUint64(a.b, seq))
 	rows := make([]Row, 0, 6+2*len(h.Sinks))
-	rows = append(rows,
-		Row{a.cut(appendHookKey(a.b, seq)), val},
-		Row{a.cut(appendHookIDKey(a.b, env.ID)), nil})
-	rows[1].Value = a.cut(binary.BigEndian.AppendUint64(a.b, seq))
+	rows = append(rows, Row{hk, val}, Row{ik, iv})
 	// The listing indexes (GET /v1/hooks?source|tenant) ride with the hook,
 	// so the fence undoes them with it.
 	rows = append(rows,
@@ -211,14 +211,6 @@ func (b *Batch) DeleteExpired(es []ExpiredDedupe) error {
 		}
 	}
 	return nil
-}
-
-// HasHookID reports whether a hook with id is stored (its id index row
-// exists, whatever it holds): boot replay skips a record already written,
-// under its own seq or re-sequenced by an earlier run.
-func (s *Store) HasHookID(id [16]byte) (bool, error) {
-	v, err := s.Get(HookIDKey(id))
-	return v != nil, err
 }
 
 // ScanHooksFrom calls fn with every hook row at seq ≥ from, in seq order,

@@ -168,7 +168,7 @@ func TestExpiredDedupes_KeepsARenewedKey(t *testing.T) {
 // and its republish above the watermark, the writer's counts) see exactly
 // the hooks PutHook wrote, in seq order, from the seq asked for, and no
 // row of a neighbouring family.
-func TestHookReads_ScanFromHasIDAndCounts(t *testing.T) {
+func TestHookReads_ScanFromIDLookupAndCounts(t *testing.T) {
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
 	b := st.NewBatch()
 	for _, seq := range []uint64{1, 2, 5, 9} {
@@ -209,8 +209,8 @@ func TestHookReads_ScanFromHasIDAndCounts(t *testing.T) {
 		}
 	}
 	for id, want := range map[byte]bool{1: true, 9: true, 3: false} {
-		if has, err := st.HasHookID([16]byte{id}); err != nil || has != want {
-			t.Errorf("HasHookID(%d) = %v, %v; want %v", id, has, err, want)
+		if seq, has, err := st.LookupHookID([16]byte{id}); err != nil || has != want || (has && seq != uint64(id)) {
+			t.Errorf("LookupHookID(%d) = %d, %v, %v; want %v", id, seq, has, err, want)
 		}
 	}
 	if h, err := st.CountHooks(); err != nil || h != 4 {
