@@ -275,6 +275,16 @@ func New(cfg *config.Config, o Options) (_ *Instance, err error) {
 	if onFatal == nil {
 		onFatal = func(err error) { in.log.Error("store cannot be reopened", "err", err) }
 	}
+	// A node that dispatches takes its new hooks from memory (dispatch's
+	// hot cache); one that only ingests leaves them to the store.
+	var onCommitted func([]store.Committed)
+	if in.hasRole("dispatch") {
+		onCommitted = func(cs []store.Committed) {
+			if disp != nil {
+				disp.Committed(cs)
+			}
+		}
+	}
 	b := cfg.Batcher
 	q, err := queue.New(st, queue.Options{
 		Dual:          dual,
@@ -294,6 +304,7 @@ func New(cfg *config.Config, o Options) (_ *Instance, err error) {
 				disp.Wake()
 			}
 		},
+		OnCommitted: onCommitted,
 	})
 	if err != nil {
 		return nil, err

@@ -269,6 +269,7 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 			continue
 		}
 		seen[env.ID] = true
+		d.hot.forget(env.Seq) // H1
 		b.PutRestoredHook(env, h.Envelope, sinks, nowMs, j.ID)
 		moved++
 		deliveries += len(sinks)

@@ -64,6 +64,7 @@ func (d *Dispatcher) deadLetterDue(nums map[uint16]bool, reason string) (int, er
 			b.DropDue(r.at, r.seq, r.num) // a due key without its row: dropped, as the scan would
 			continue
 		}
+		d.hot.forget(r.seq) // H1
 		b.DeadFromDue(r.at, r.seq, r.num, dl, nowMs, reason)
 		moved++
 	}

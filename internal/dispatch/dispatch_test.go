@@ -86,15 +86,31 @@ type env struct {
 
 func setup(t *testing.T, s sink.Sink, o dispatch.Options) *env {
 	t.Helper()
+	return setupWith(t, map[uint16]dispatch.Target{0: {ID: "out", Sink: s}}, o, true)
+}
+
+// setupWith starts a queue and a dispatcher over targets; hot wires the
+// commit path's hand-over of new hooks (queue.Options.OnCommitted), as the
+// app does on a dispatching node; without it every delivery reads its rows.
+func setupWith(t *testing.T, targets map[uint16]dispatch.Target, o dispatch.Options, hot bool) *env {
+	t.Helper()
 	gate := testutil.NewWALSyncGate()
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
 	var d *dispatch.Dispatcher
-	q := testutil.StartQueue(t, st, queue.Options{OnDurable: func() {
+	qo := queue.Options{OnDurable: func() {
 		if d != nil {
 			d.Wake()
 		}
-	}})
-	o.Targets = map[uint16]dispatch.Target{0: {ID: "out", Sink: s}}
+	}}
+	if hot {
+		qo.OnCommitted = func(cs []store.Committed) {
+			if d != nil {
+				d.Committed(cs)
+			}
+		}
+	}
+	q := testutil.StartQueue(t, st, qo)
+	o.Targets = targets
 	o.Durable = q.Durable
 	o.OnReclaim = q.Reclaimed
 	o.Logger = testutil.Logger(t)

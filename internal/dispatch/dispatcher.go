@@ -152,6 +152,9 @@ type claimed struct {
 	num      uint16
 	delivery store.Delivery
 	size     int64
+	// value is the hook's envelope from the hot cache (nil: the attempt
+	// reads the hook row).
+	value []byte
 }
 
 type result struct {
@@ -201,7 +204,9 @@ type Dispatcher struct {
 	// to it (unpark).
 	parked   map[uint16]int64
 	breakers map[uint16]*breaker
-	jobs     map[string]*job
+	// hot holds new hooks the commit path handed over (hot.go).
+	hot  hotCache
+	jobs map[string]*job
 
 	inflightGauge atomic.Int64
 	deadGauge     atomic.Int64

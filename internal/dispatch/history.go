@@ -157,6 +157,7 @@ func (d *Dispatcher) remove(vs []victim, recheck bool) error {
 		if err != nil {
 			return fmt.Errorf("read rows of hook %d: %w", v.Seq, err)
 		}
+		d.hot.forget(v.Seq) // H1
 		rows += b.DeleteHook(hr)
 	}
 	if hooks == 0 {
@@ -309,6 +310,7 @@ func (d *Dispatcher) resend(id [16]byte, sinkID string) (ResendResult, error) {
 			}
 		}
 		dl := *r.dl
+		d.hot.forget(seq) // H1
 		b.Resend(seq, r.num, &dl, nowMs, res.ResendID)
 		res.Sinks = append(res.Sinks, dl.SinkID)
 	}

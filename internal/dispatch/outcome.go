@@ -81,10 +81,10 @@ func (d *Dispatcher) record(rs []result) {
 			br.success()
 			d.unpark(c.num)
 			// NextAtMs of a finished row is when it finished (history.go
-			// invariant 1).
-			b.Delivered(c.seq, c.num, &dl, nowMs)
-			// Its attempt row is logged after reclaim, unless the hook goes
-			// in this batch.
+			// invariant 1). Written after reclaim, with its attempt row,
+			// unless the hook goes in this batch: then the row is deleted
+			// with it, and writing it first cost a row for nothing.
+			store.MarkDelivered(&dl, nowMs)
 			r.c.delivery = dl
 			delivered = append(delivered, r)
 			done[rowRef{c.seq, c.num}] = &r.c.delivery
@@ -108,6 +108,7 @@ func (d *Dispatcher) record(rs []result) {
 				reason = "attempts exhausted: " + reason
 			}
 			b.Dead(c.seq, c.num, &dl, nowMs, reason)
+			d.hot.rewritten(c.seq, c.num)
 			dead++
 			outs = append(outs, outcome{dl.SinkID, "dead", r.dur})
 			continue
@@ -118,14 +119,18 @@ func (d *Dispatcher) record(rs []result) {
 		next := (now.Add(delay).UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 		d.logAttempt(b, c, &dl, "retry", r, nowMs)
 		b.Retry(c.seq, c.num, &dl, next)
+		d.hot.rewritten(c.seq, c.num)
 		d.noteDue(next)
 		outs = append(outs, outcome{dl.SinkID, "retry", r.dur})
 	}
 	hooks, rows, kept, keptBytes, removed := d.reclaim(b, nowMs, delivered, done)
 	for _, r := range delivered {
-		if !removed[r.c.seq] {
-			d.logAttempt(b, r.c, &r.c.delivery, "delivered", r, nowMs)
+		if removed[r.c.seq] {
+			b.DropInflight(r.c.seq, r.c.num) // the delivery row goes with the hook
+			continue
 		}
+		b.Delivered(r.c.seq, r.c.num, &r.c.delivery, nowMs)
+		d.logAttempt(b, r.c, &r.c.delivery, "delivered", r, nowMs)
 	}
 	if err := d.st.Apply(b); err != nil {
 		// The rows stay inflight in the store and the attempts are kept, to
@@ -143,6 +148,14 @@ func (d *Dispatcher) record(rs []result) {
 	// Only now: while the write is retried the rows are still inflight,
 	// and a scrape between a failed try and its undo must not see them go.
 	d.inflightGauge.Store(int64(d.inflight))
+	// Only now too (H1): a delivery the cache counts must be one the store
+	// has, or a later batch could remove the hook while this one's write
+	// is still to be retried.
+	for _, r := range delivered {
+		if !removed[r.c.seq] {
+			d.hot.delivered(r.c.seq, r.c.num, r.c.delivery.Attempts, nowMs)
+		}
+	}
 	if d.afterOutcome != nil {
 		d.afterOutcome()
 	}
@@ -200,7 +213,42 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 		hs[r.c.seq].want++
 	}
 	slices.Sort(seqs)
-	err := d.st.ScanDeliveriesOf(seqs, func(seq uint64, num uint16, v []byte) bool {
+	// The hooks the hot cache holds need no scan: it lists their sinks
+	// and which of them were delivered before (H1).
+	scan := seqs[:0:0]
+	for _, seq := range seqs {
+		h := hs[seq]
+		e := d.hot.lookup(seq)
+		if e == nil || h.ref.Seq != seq {
+			scan = append(scan, seq)
+			continue
+		}
+		all, seen := true, 0
+		sinks := make([]store.SinkAttempts, 0, len(e.c.Sinks))
+		for i, s := range e.c.Sinks {
+			if dl := done[rowRef{seq, s.Num}]; dl != nil {
+				seen++
+				// The attempt row of this batch's delivery is written
+				// only if the hook stays: rows 1..Attempts-1 exist.
+				sinks = append(sinks, store.SinkAttempts{Sink: s.Num, Attempts: dl.Attempts - 1})
+				continue
+			}
+			if e.delivered&(1<<i) == 0 {
+				all = false
+				continue
+			}
+			sinks = append(sinks, store.SinkAttempts{Sink: s.Num, Attempts: e.attempts[i]})
+		}
+		if seen != h.want {
+			// A delivered row the entry does not list: H1 says it cannot
+			// be; the scan knows for sure.
+			scan = append(scan, seq)
+			continue
+		}
+		h.all, h.seen, h.sinks = all, seen, sinks
+		h.deliveredAt = max(h.deliveredAt, e.deliveredAt)
+	}
+	err := d.st.ScanDeliveriesOf(scan, func(seq uint64, num uint16, v []byte) bool {
 		h := hs[seq]
 		dl := done[rowRef{seq, num}]
 		if dl == nil {
@@ -210,11 +258,14 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 				return false
 			}
 			h.deliveredAt = max(h.deliveredAt, dl.NextAtMs)
-		} else {
-			h.seen++
+			h.plain = h.plain && dl.ReplayID == ""
+			h.sinks = append(h.sinks, store.SinkAttempts{Sink: num, Attempts: dl.Attempts})
+			return true
 		}
+		h.seen++
 		h.plain = h.plain && dl.ReplayID == ""
-		h.sinks = append(h.sinks, store.SinkAttempts{Sink: num, Attempts: dl.Attempts})
+		// As above: this batch's attempt row is written only if the hook stays.
+		h.sinks = append(h.sinks, store.SinkAttempts{Sink: num, Attempts: dl.Attempts - 1})
 		return true
 	})
 	if err != nil {
@@ -227,6 +278,9 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 		if !h.all || h.seen != h.want {
 			continue
 		}
+		// Kept or removed, the hook's life as the commit path wrote it
+		// is over (H1).
+		d.hot.forget(seq)
 		if d.o.Retention > 0 {
 			d.keep(b, seq, h.deliveredAt, int(h.size))
 			kept++

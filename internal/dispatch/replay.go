@@ -370,6 +370,7 @@ func (d *Dispatcher) stepDLQ(j *job, n int, now time.Time) {
 			orphans++
 			continue
 		}
+		d.hot.forget(r.Seq) // H1
 		b.Revive(r, dl, nowMs, j.ID)
 		d.noteDue(nowMs)
 		moved++

@@ -46,6 +46,7 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 	if at, ok := d.st.TakeDueFloor(); ok {
 		d.noteDue(at)
 	}
+	d.hot.take()
 	now := d.o.Now()
 	p := &pass{
 		now: now, nowMs: now.UnixMilli(),
@@ -223,7 +224,7 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) ([]claimed, error) {
 	var claims []claimed
 	lease := p.nowMs + (2 * d.o.AttemptTimeout).Milliseconds()
 	for i, c := range picked {
-		dl, err := d.st.ReadDelivery(c.seq, c.num)
+		dl, value, err := d.readClaim(c)
 		if err != nil && !errors.Is(err, store.ErrCorrupt) {
 			d.log.Warn("read delivery row", "seq", c.seq, "err", err)
 			p.leave(c.at)
@@ -246,7 +247,7 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) ([]claimed, error) {
 			break
 		}
 		b.Claim(c.at, c.seq, c.num, dl, lease)
-		claims = append(claims, claimed{seq: c.seq, num: c.num, delivery: *dl, size: size})
+		claims = append(claims, claimed{seq: c.seq, num: c.num, delivery: *dl, size: size, value: value})
 		d.inflight++
 		d.inflightBytes += size
 		if br := d.breakers[c.num]; br != nil && br.halfOpen(p.now) {
@@ -279,6 +280,23 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) ([]claimed, error) {
 		return claims, err // claims only for their count: none was made
 	}
 	return claims, nil
+}
+
+// readClaim returns the delivery row a claim of c moves, from the hot
+// cache while it is fresh there (H1), else from the store; and the hook's
+// envelope if the cache holds it.
+func (d *Dispatcher) readClaim(c candidate) (*store.Delivery, []byte, error) {
+	e := d.hot.lookup(c.seq)
+	if e == nil {
+		d.hot.claimRead(c.seq)
+		dl, err := d.st.ReadDelivery(c.seq, c.num)
+		return dl, nil, err
+	}
+	if dl, ok := e.fresh(c.num); ok {
+		return &dl, e.c.Value, nil
+	}
+	dl, err := d.st.ReadDelivery(c.seq, c.num)
+	return dl, e.c.Value, err
 }
 
 // leave notes a row this pass leaves due at at: the cursor stays at or
@@ -334,14 +352,18 @@ func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) (store.HookRef, 
 	if !ok {
 		return store.HookRef{}, sink.Permanent(fmt.Errorf("%w (sink number %d, id %q)", errNoTarget, c.num, c.delivery.SinkID))
 	}
-	v, err := d.st.ReadHook(c.seq)
-	if err != nil {
-		return store.HookRef{}, fmt.Errorf("read hook %d: %w", c.seq, err)
-	}
+	v := c.value
 	if v == nil {
-		return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d is missing from the store", c.seq))
+		var err error
+		if v, err = d.st.ReadHook(c.seq); err != nil {
+			return store.HookRef{}, fmt.Errorf("read hook %d: %w", c.seq, err)
+		}
+		if v == nil {
+			return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d is missing from the store", c.seq))
+		}
 	}
-	// v is Get's own copy: the message's body is a slice of it, not a third copy.
+	// v is Get's own copy or the commit path's (hot.go), never written
+	// again: the message's body is a slice of it, not a third copy.
 	env, err := store.DecodeEnvelopeAliasBody(v)
 	if err != nil {
 		return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))

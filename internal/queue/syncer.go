@@ -23,6 +23,9 @@ type handoff struct {
 	// replies being answered: the group's join answers once the log's half
 	// is in too.
 	onLocal func(error)
+	// committed are the group's new hooks, for Options.OnCommitted once
+	// the fsync covering them returned.
+	committed []store.Committed
 }
 
 // syncer runs the WAL fsyncs. It never applies anything: one fsync covers
@@ -167,6 +170,11 @@ func (s *syncer) answerAll(batch []handoff, err error) {
 			}
 			h.onLocal(lerr)
 			continue
+		}
+		if err == nil && len(h.committed) > 0 && s.opts.OnCommitted != nil && h.committed[len(h.committed)-1].Seq <= d {
+			// Before the replies: a hook is in dispatch's hands before its
+			// caller hears 201 (the due scan would find it anyway).
+			s.opts.OnCommitted(h.committed)
 		}
 		for _, r := range h.replies {
 			switch {

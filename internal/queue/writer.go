@@ -66,6 +66,10 @@ type writer struct {
 // own, so the writer does not keep a max_body_bytes buffer for good.
 const maxScratchEnvelope = 1 << 20
 
+// maxHandedValue: the largest envelope handed to dispatch with its hook
+// (Options.OnCommitted); a larger one is read back from the store.
+const maxHandedValue = 64 << 10
+
 // batchSize estimates a group's batch: each record's bytes plus its
 // envelope's fixed fields and its rows' keys and values. Reserved up front
 // (store.NewBatchSized) so that a group of large hooks is not copied over
@@ -219,7 +223,10 @@ type commitGroup struct {
 	bytes    int64               // dual: what the group adds to the pending set
 	firstSeq uint64
 	sinks    uint64 // delivery rows written
-	start    time.Time
+	// committed: the new hooks handed to dispatch once durable (disk mode
+	// with Options.OnCommitted set).
+	committed []store.Committed
+	start     time.Time
 }
 
 // original is the hook a dedupe key of this group was first written with.
@@ -398,7 +405,14 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 		}
 		g.inGroup[string(uk)] = original{id: it.id, seq: seq}
 	}
-	scratch := !g.dual && store.EnvelopeSize(&env) <= maxScratchEnvelope
+	size := store.EnvelopeSize(&env)
+	// With dispatch taking new hooks from memory (OnCommitted) the value
+	// is encoded into a buffer of its own, handed over with the hook: its
+	// first delivery then reads nothing back (the Get it saves allocated
+	// as much). Larger ones are read back, so memory held for delivery
+	// stays bounded by maxHandedValue per hook.
+	hand := !g.dual && w.opts.OnCommitted != nil
+	scratch := !g.dual && size <= maxScratchEnvelope && !(hand && size <= maxHandedValue)
 	if scratch {
 		// Under disk only the batch reads the value, and Set copies it.
 		w.envScratch = store.AppendEnvelope(w.envScratch[:0], &env)
@@ -411,6 +425,13 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 		rows[0].Value = nil
 	}
 	g.rows = append(g.rows, rows...)
+	if hand {
+		c := store.Committed{Seq: seq, DueAtMs: dueAt, Size: uint32(len(r.Body)), Sinks: r.Sinks}
+		if size <= maxHandedValue {
+			c.Value = rows[0].Value
+		}
+		g.committed = append(g.committed, c)
+	}
 	g.sinks += uint64(len(r.Sinks))
 	g.replies = append(g.replies, pendingReply{it: it, res: Result{ID: it.id, Seq: seq}, need: seq})
 	g.bytes += 2 * it.size
@@ -477,7 +498,7 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) {
 	case join != nil:
 		w.s.submit(handoff{replies: g.replies, onLocal: join.local})
 	case len(g.replies) > 0:
-		w.s.submit(handoff{replies: g.replies})
+		w.s.submit(handoff{replies: g.replies, committed: g.committed})
 	}
 	if len(g.dups) > 0 {
 		w.s.submit(handoff{replies: g.dups})

@@ -340,7 +340,10 @@ func (w *world) boot() error {
 		Partitions: 1, MaxBatch: 8, MaxDelay: 2 * time.Millisecond, MaxQueue: 2000,
 		FenceRetry: 200 * time.Millisecond, Logger: discard,
 		OnDurable: func() { d.Wake() },
-		OnFatal:   func(error) { n.fatal.Store(true) },
+		// As the app wires a dispatching node: new hooks reach dispatch
+		// from memory (its hot cache), the store is the fallback.
+		OnCommitted: func(cs []store.Committed) { d.Committed(cs) },
+		OnFatal:     func(error) { n.fatal.Store(true) },
 	}
 	if w.cfg.dual {
 		qo.Dual = &queue.DualOptions{

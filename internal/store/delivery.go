@@ -36,9 +36,17 @@ func (b *Batch) Claim(dueAtMs int64, seq uint64, sink uint16, dl *Delivery, leas
 // a finished row is when it finished (the retained row's time is the
 // newest of them).
 func (b *Batch) Delivered(seq uint64, sink uint16, dl *Delivery, atMs int64) {
-	dl.State, dl.NextAtMs, dl.LastError = StateDelivered, atMs, ""
+	MarkDelivered(dl, atMs)
 	_ = b.Delete(InflightKey(seq, sink), nil)
 	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
+}
+
+// MarkDelivered sets the fields Delivered owns on dl without writing it:
+// the dispatcher decides only after the whole outcome batch whether the
+// row is written delivered or removed with its hook (then DropInflight
+// and DeleteDeliveredHook are its writes).
+func MarkDelivered(dl *Delivery, atMs int64) {
+	dl.State, dl.NextAtMs, dl.LastError = StateDelivered, atMs, ""
 }
 
 // Retry moves an in-flight delivery back to due at nextMs.

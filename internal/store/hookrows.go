@@ -70,9 +70,8 @@ func HookRows(h *NewHook) []Row {
 		Row{a.cut(appendNameSeqKey(a.b, PrefixTenantIdx, env.Tenant, seq)), nil})
 	for _, sk := range h.Sinks {
 		k := a.cut(appendDeliveryKey(a.b, seq, sk.Num))
-		v := a.cut(appendDelivery(a.b, &Delivery{
-			State: StateDue, NextAtMs: h.DueAtMs, Size: uint32(len(env.Body)), SinkID: sk.ID, ReplayID: h.ReplayID,
-		}))
+		nd := NewDelivery(h.DueAtMs, uint32(len(env.Body)), sk.ID, h.ReplayID)
+		v := a.cut(appendDelivery(a.b, &nd))
 		rows = append(rows, Row{k, v}, Row{a.cut(appendDueKey(a.b, h.DueAtMs, seq, sk.Num)), nil})
 	}
 	if h.Dedupe {
@@ -81,6 +80,38 @@ func HookRows(h *NewHook) []Row {
 		rows = append(rows, Row{uk, v}, Row{a.cut(appendExpiryKey(a.b, h.DedupeExpiresAtMs, uk)), nil})
 	}
 	return rows
+}
+
+// NewDelivery is the delivery row a new hook is written with, per sink:
+// due at dueAtMs, no attempt yet. HookRows writes it and the dispatcher's
+// hot cache (Committed) reconstructs it from this one place, so the two
+// can never disagree on what a fresh row holds.
+func NewDelivery(dueAtMs int64, size uint32, sinkID, replayID string) Delivery {
+	return Delivery{State: StateDue, NextAtMs: dueAtMs, Size: size, SinkID: sinkID, ReplayID: replayID}
+}
+
+// Committed is a new hook whose rows are durable, as the commit path hands
+// it to the dispatcher (OnCommitted): everything the first delivery of each
+// of its sinks needs, so that delivery reads none of the hook's rows back
+// and its removal needs no scan of them. It describes exactly the rows
+// HookRows wrote for the hook (ReplayID ""), nothing newer: the dispatcher
+// is the one writer of delivery rows after that (delivery.go), and it
+// forgets a Committed the moment it writes one of them otherwise than by
+// a delivery's outcome.
+type Committed struct {
+	Seq     uint64
+	DueAtMs int64
+	// Size is the body's length (the delivery rows' Size).
+	Size  uint32
+	Sinks []HookSink
+	// Value is the encoded envelope, the receiver's own copy; nil when the
+	// commit path did not keep one (the dispatcher reads the hook row).
+	Value []byte
+}
+
+// Delivery is the fresh delivery row of c's i-th sink (NewDelivery).
+func (c *Committed) Delivery(i int) Delivery {
+	return NewDelivery(c.DueAtMs, c.Size, c.Sinks[i].ID, "")
 }
 
 // arena carves one hook's keys and values out of one allocation (issue
