@@ -319,7 +319,13 @@ func (d *Dispatcher) Start() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	d.done = make(chan struct{})
+	// Under offLoop: a DeadLetterDue that saw started false and runs off
+	// the loop finishes before the loop starts (it writes the hot cache's
+	// line, which the loop owns from here on).
+	d.offLoop.Lock()
 	d.started.Store(true)
+	d.offLoop.Unlock()
+	d.hot.open.Store(true)
 	go func() {
 		defer close(d.done)
 		d.run(ctx)
@@ -341,6 +347,7 @@ func (d *Dispatcher) Stop() {
 	if d.cancel == nil {
 		return
 	}
+	d.hot.open.Store(false)
 	d.cancel()
 	d.bg.Wait()
 	<-d.done

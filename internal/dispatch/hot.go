@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/ankusa/ankusa/internal/store"
 )
@@ -19,13 +20,15 @@ import (
 // longer holds, is served by the reads it saves, so every bound below
 // costs speed, never a delivery.
 //
-// Invariant H2: an entry is taken only if no claim of its hook read the
-// store before it: the syncer raises durable_seq before it hands the group
-// over, so a scan can claim (and an outcome rewrite) a hook in between,
-// and an entry taken after that would describe rows that are no longer
-// fresh. Groups are handed over in seq order, so the highest seq claimed
-// from the store (missed) is the line: entries at or below it are
-// dropped.
+// Invariant H2: an entry is taken only if the dispatcher wrote none of its
+// hook's rows before: the syncer raises durable_seq before it hands the
+// group over, so a scan can claim (and an outcome rewrite) a hook in
+// between, and dead-lettering due rows does not wait for durable_seq at
+// all; an entry taken after such a write would describe rows that are no
+// longer fresh. So every such write raises a line (missed: a claim that
+// found no entry, and every forget) and take drops the entries at or
+// below it. Sound whatever the hand-over order; groups arrive in seq
+// order, so the line costs few hits.
 //
 // Invariant H1: an entry describes the hook's rows as the commit path
 // wrote them, changed only by what this dispatcher recorded since: per
@@ -65,10 +68,15 @@ type hotHook struct {
 }
 
 type hotCache struct {
-	mu sync.Mutex
-	// pending holds what Committed handed over, not yet taken by the loop;
-	// spare is the loop's last buffer, reused.
+	// open: the loop runs (Start to Stop). Hand-overs before or after are
+	// not kept: nothing would take them.
+	open atomic.Bool
+	mu   sync.Mutex
+	// pending holds what Committed handed over, not yet taken by the loop
+	// (pendingBytes its values: bounded like the ring's); spare is the
+	// loop's last buffer, reused.
 	pending, spare []store.Committed
+	pendingBytes   int64
 
 	// Owned by the loop goroutine.
 	ring  []hotHook
@@ -85,20 +93,31 @@ type hotCache struct {
 // delivered by the reads instead).
 func (d *Dispatcher) Committed(cs []store.Committed) {
 	h := &d.hot
-	h.mu.Lock()
-	if len(h.pending)+len(cs) <= hotSlots {
-		h.pending = append(h.pending, cs...)
+	if !h.open.Load() {
+		return
 	}
-	h.mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.pending)+len(cs) > hotSlots {
+		return
+	}
+	for _, c := range cs {
+		if h.pendingBytes+int64(len(c.Value)) > hotMaxBytes {
+			c.Value = nil
+		}
+		h.pendingBytes += int64(len(c.Value))
+		h.pending = append(h.pending, c)
+	}
 }
 
-// take moves the hooks handed over into the ring. On the loop, before
-// every scan: a row the scan finds was made durable before the scan began,
-// so its hook was handed over (if at all) before the take.
+// take moves the hooks handed over into the ring; on the loop, before
+// every scan. A hook whose rows became durable just before the scan may
+// not be handed over yet: the scan then claims it from the store (H2).
 func (h *hotCache) take() {
 	h.mu.Lock()
 	cs := h.pending
 	h.pending, h.spare = h.spare[:0], nil
+	h.pendingBytes = 0
 	h.mu.Unlock()
 	if len(cs) == 0 {
 		h.spare = cs
@@ -119,8 +138,8 @@ func (h *hotCache) take() {
 		}
 		h.bytes += int64(len(c.Value))
 		*e = hotHook{c: *c, live: true, attempts: e.attempts[:0]}
-		*c = store.Committed{}
 	}
+	clear(cs) // the buffer is reused: it must not keep values alive
 	h.spare = cs[:0]
 }
 
@@ -143,6 +162,7 @@ func (h *hotCache) lookup(seq uint64) *hotHook {
 // forget drops seq's entry (H1: before any write of its rows but a claim
 // or an outcome).
 func (h *hotCache) forget(seq uint64) {
+	h.missed = max(h.missed, seq) // H2: its hand-over may still be pending
 	if e := h.lookup(seq); e != nil {
 		h.drop(e)
 	}

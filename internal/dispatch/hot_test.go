@@ -102,3 +102,35 @@ func TestHot_AResendWhileAnotherSinkIsPendingIsDelivered(t *testing.T) {
 		t.Fatalf("%d delivery/due/inflight/attempt/dead rows left", n)
 	}
 }
+
+// H2 covers every write of a delivery row by the dispatcher, not only a
+// claim's read (found in review): a hook dead-lettered and resent while its
+// hand-over still waits to be taken must not come back as fresh, or its
+// delivery loses the resend's replay id (and the hook counts as plain).
+func TestHot_AHandOverAfterADeadLetterAndResendIsNotTaken(t *testing.T) {
+	boom := errors.New("connection refused")
+	s := newScripted(boom) // the first attempt fails and opens the breaker
+	e := setupWith(t, map[uint16]dispatch.Target{0: {ID: "out", Sink: s}}, dispatch.Options{
+		BreakerFailures: 1, BreakerCooldown: 2 * time.Second,
+	}, false)
+	first := e.submit(t, "opens the breaker", "")
+	s.next(t)
+	testutil.Eventually(t, 10*time.Second, "first attempt recorded", func() bool {
+		dl := e.delivery(t, first.Seq)
+		return dl != nil && dl.Attempts == 1
+	})
+	// Parked behind the open breaker: due, never claimed.
+	res := e.submit(t, "parked", "")
+	if n, err := e.d.DeadLetterDue(t.Context(), map[uint16]bool{0: true}, "operator"); err != nil || n != 2 {
+		t.Fatalf("dead-lettered %d rows, err %v; want 2", n, err)
+	}
+	rs, err := e.d.Resend(t.Context(), res.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.d.Committed([]store.Committed{{Seq: res.Seq, DueAtMs: time.Now().UnixMilli(), Size: 6, Sinks: []store.HookSink{{Num: 0, ID: "out"}}}})
+	m := s.next(t) // the half-open probe, after the cooldown
+	if m.Seq != res.Seq || m.ReplayID != rs.ResendID {
+		t.Fatalf("probe delivered seq %d with replay id %q; want seq %d with %q", m.Seq, m.ReplayID, res.Seq, rs.ResendID)
+	}
+}
