@@ -183,7 +183,7 @@ type rowRef struct {
 // deletes a hook from what the result knows (its id, tenant, source, the
 // attempt counts), without reading it — unless a delivery was revived or
 // resent (its attempt rows are not 1..Attempts then; store.Batch.
-// DeleteDeliveredHook), which reads the hook's rows. Dedupe rows stay
+// DeleteDeliveredHooks), which reads the hook's rows. Dedupe rows stay
 // until their TTL so that a provider's late retry is still absorbed. A
 // hook it cannot read is left for the boot sweep.
 func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, done map[rowRef]*store.Delivery) (hooks, rows, kept int, keptBytes int64, removed map[uint64]bool) {
@@ -273,6 +273,7 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 		return 0, 0, 0, 0, nil
 	}
 	removed = map[uint64]bool{}
+	var plain []store.DeliveredHook
 	for _, seq := range seqs {
 		h := hs[seq]
 		if !h.all || h.seen != h.want {
@@ -288,7 +289,7 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 			continue
 		}
 		if h.plain && h.ref.Seq == seq {
-			rows += b.DeleteDeliveredHook(h.ref, h.sinks)
+			plain = append(plain, store.DeliveredHook{Ref: h.ref, Sinks: h.sinks})
 			hooks++
 			removed[seq] = true
 			continue
@@ -301,6 +302,7 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 			removed[seq] = true
 		}
 	}
+	rows += b.DeleteDeliveredHooks(plain)
 	return hooks, rows, kept, keptBytes, removed
 }
 

@@ -211,11 +211,12 @@ func ParseU64(b []byte) (uint64, bool) {
 
 // InflightKey is f + seq + sink.
 func InflightKey(seq uint64, sink uint16) []byte {
-	k := make([]byte, 11)
-	k[0] = PrefixInflight
-	binary.BigEndian.PutUint64(k[1:], seq)
-	binary.BigEndian.PutUint16(k[9:], sink)
-	return k
+	return appendInflightKey(make([]byte, 0, 11), seq, sink)
+}
+
+func appendInflightKey(dst []byte, seq uint64, sink uint16) []byte {
+	dst = binary.BigEndian.AppendUint64(append(dst, PrefixInflight), seq)
+	return binary.BigEndian.AppendUint16(dst, sink)
 }
 
 // DeadKey is x + dead_at + seq + sink.
@@ -302,12 +303,12 @@ func ParseNameSeqKey(k []byte) (uint64, bool) {
 
 // AttemptKey is w + seq + sink + n: the n-th attempt of one delivery.
 func AttemptKey(seq uint64, sink uint16, n uint32) []byte {
-	k := make([]byte, 15)
-	k[0] = PrefixAttempt
-	binary.BigEndian.PutUint64(k[1:], seq)
-	binary.BigEndian.PutUint16(k[9:], sink)
-	binary.BigEndian.PutUint32(k[11:], n)
-	return k
+	return appendAttemptKey(make([]byte, 0, 15), seq, sink, n)
+}
+
+func appendAttemptKey(dst []byte, seq uint64, sink uint16, n uint32) []byte {
+	dst = binary.BigEndian.AppendUint64(append(dst, PrefixAttempt), seq)
+	return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint16(dst, sink), n)
 }
 
 // ParseAttemptKey splits an attempt key.
