@@ -150,6 +150,7 @@ func (o *Options) fill() {
 type claimed struct {
 	seq      uint64
 	num      uint16
+	at       int64 // the due key's time
 	delivery store.Delivery
 	size     int64
 	// value is the hook's envelope from the hot cache (nil: the attempt

@@ -224,7 +224,7 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) ([]claimed, error) {
 	var claims []claimed
 	lease := p.nowMs + (2 * d.o.AttemptTimeout).Milliseconds()
 	for i, c := range picked {
-		dl, value, err := d.readClaim(c)
+		dl, ok, value, err := d.readClaim(c)
 		if err != nil && !errors.Is(err, store.ErrCorrupt) {
 			d.log.Warn("read delivery row", "seq", c.seq, "err", err)
 			p.leave(c.at)
@@ -234,7 +234,7 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) ([]claimed, error) {
 			d.log.Error("corrupt delivery row", "seq", c.seq, "sink", c.num, "err", err)
 			continue
 		}
-		if dl == nil {
+		if !ok {
 			// A due key without its row: left by an interrupted reclaim. Drop it.
 			b.DropDue(c.at, c.seq, c.num)
 			continue
@@ -246,8 +246,7 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) ([]claimed, error) {
 			}
 			break
 		}
-		b.Claim(c.at, c.seq, c.num, dl, lease)
-		claims = append(claims, claimed{seq: c.seq, num: c.num, delivery: *dl, size: size, value: value})
+		claims = append(claims, claimed{seq: c.seq, num: c.num, at: c.at, delivery: dl, size: size, value: value})
 		d.inflight++
 		d.inflightBytes += size
 		if br := d.breakers[c.num]; br != nil && br.halfOpen(p.now) {
@@ -258,6 +257,12 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) ([]claimed, error) {
 		_ = d.st.Apply(b)
 		return nil, nil
 	}
+	rows := make([]store.ClaimRow, len(claims))
+	for i := range claims {
+		c := &claims[i]
+		rows[i] = store.ClaimRow{DueAtMs: c.at, Seq: c.seq, Sink: c.num, Delivery: &c.delivery}
+	}
+	b.ClaimAll(rows, lease)
 	// Not synced: a claim lost in a crash leaves the row due, and a claim
 	// that survives returns to due at the next start. Either way it is
 	// delivered again, never dropped.
@@ -285,18 +290,21 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) ([]claimed, error) {
 // readClaim returns the delivery row a claim of c moves, from the hot
 // cache while it is fresh there (H1), else from the store; and the hook's
 // envelope if the cache holds it.
-func (d *Dispatcher) readClaim(c candidate) (*store.Delivery, []byte, error) {
+func (d *Dispatcher) readClaim(c candidate) (dl store.Delivery, ok bool, value []byte, err error) {
 	e := d.hot.lookup(c.seq)
 	if e == nil {
 		d.hot.claimRead(c.seq)
-		dl, err := d.st.ReadDelivery(c.seq, c.num)
-		return dl, nil, err
+	} else {
+		value = e.c.Value
+		if dl, ok := e.fresh(c.num); ok {
+			return dl, true, value, nil
+		}
 	}
-	if dl, ok := e.fresh(c.num); ok {
-		return &dl, e.c.Value, nil
+	p, err := d.st.ReadDelivery(c.seq, c.num)
+	if err != nil || p == nil {
+		return store.Delivery{}, false, value, err
 	}
-	dl, err := d.st.ReadDelivery(c.seq, c.num)
-	return dl, e.c.Value, err
+	return *p, true, value, nil
 }
 
 // leave notes a row this pass leaves due at at: the cursor stays at or

@@ -19,6 +19,7 @@ package store
 // it; the caller sets the rest (Attempts, LastError) before.
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -26,10 +27,37 @@ import (
 
 // Claim moves a delivery due at dueAtMs to in flight until leaseUntilMs.
 func (b *Batch) Claim(dueAtMs int64, seq uint64, sink uint16, dl *Delivery, leaseUntilMs int64) {
-	dl.State = StateInflight
-	_ = b.Delete(DueKey(dueAtMs, seq, sink), nil)
-	_ = b.Set(InflightKey(seq, sink), U64(uint64(leaseUntilMs)), nil)
-	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
+	b.ClaimAll([]ClaimRow{{DueAtMs: dueAtMs, Seq: seq, Sink: sink, Delivery: dl}}, leaseUntilMs)
+}
+
+// ClaimRow is one delivery ClaimAll moves to in flight.
+type ClaimRow struct {
+	DueAtMs  int64
+	Seq      uint64
+	Sink     uint16
+	Delivery *Delivery
+}
+
+// ClaimAll is Claim for every row of rs, all leased until leaseUntilMs,
+// written family by family from one key and one value buffer (the
+// reasons are DeleteDeliveredHooks'; Set and Delete copy both).
+func (b *Batch) ClaimAll(rs []ClaimRow, leaseUntilMs int64) {
+	var k, v []byte
+	for _, r := range rs {
+		k = appendDueKey(k[:0], r.DueAtMs, r.Seq, r.Sink)
+		_ = b.Delete(k, nil)
+	}
+	v = binary.BigEndian.AppendUint64(v[:0], uint64(leaseUntilMs))
+	for _, r := range rs {
+		k = appendInflightKey(k[:0], r.Seq, r.Sink)
+		_ = b.Set(k, v, nil)
+	}
+	for _, r := range rs {
+		r.Delivery.State = StateInflight
+		k = appendDeliveryKey(k[:0], r.Seq, r.Sink)
+		v = appendDelivery(v[:0], r.Delivery)
+		_ = b.Set(k, v, nil)
+	}
 }
 
 // Delivered moves an in-flight delivery to delivered at atMs. NextAtMs of
