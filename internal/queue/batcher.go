@@ -8,7 +8,15 @@ import (
 	"github.com/google/uuid"
 )
 
-// item is one caller waiting in the batcher.
+// item is one caller waiting in the batcher. Items are pooled (issue 14:
+// the item and its reply channel were two allocations per hook):
+//
+//	P1. An item goes back to the pool only from Submit, after it received
+//	    the item's one answer. Answering is the last thing the writer,
+//	    syncer or dual join does with an item (batcher.answer sends last),
+//	    and each item is answered once, so nothing reads or sends to it
+//	    again. An item whose caller left (ctx done) is never pooled: its
+//	    answer may still be on its way.
 type item struct {
 	rec      *Record
 	id       [16]byte
@@ -34,6 +42,8 @@ type batcher struct {
 	closed  atomic.Bool
 
 	wake chan struct{} // capacity 1: "something was added"
+
+	items sync.Pool // *item, each with its reply channel (P1)
 }
 
 type partition struct {
@@ -78,7 +88,11 @@ func (b *batcher) add(rec *Record, fenced bool) (*item, error) {
 			return nil, ErrOverload
 		}
 	}
-	it := &item{rec: rec, id: id, size: size, enqueued: b.opts.Now(), reply: make(chan outcome, 1)}
+	it, _ := b.items.Get().(*item)
+	if it == nil {
+		it = &item{reply: make(chan outcome, 1)}
+	}
+	it.rec, it.id, it.size, it.enqueued = rec, id, size, b.opts.Now()
 	p := b.parts[int(id[15])%len(b.parts)]
 	p.mu.Lock()
 	p.items = append(p.items, it)
@@ -88,6 +102,12 @@ func (b *batcher) add(rec *Record, fenced bool) (*item, error) {
 	default:
 	}
 	return it, nil
+}
+
+// recycle pools it once its caller received its answer (P1).
+func (b *batcher) recycle(it *item) {
+	it.rec = nil
+	b.items.Put(it)
 }
 
 func (b *batcher) release(size int64) {

@@ -266,6 +266,7 @@ func (q *Queue) Submit(ctx context.Context, rec *Record) (Result, error) {
 	}
 	select {
 	case r := <-it.reply:
+		q.batcher.recycle(it) // P1: answered, so no one holds it now
 		return r.res, r.err
 	case <-ctx.Done():
 		return Result{}, ctx.Err()

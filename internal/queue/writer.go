@@ -56,15 +56,14 @@ type writer struct {
 
 	dual *dualState // nil under wal.type: disk
 
-	// envScratch is the run goroutine's envelope buffer under disk, where
-	// the batch copies a value and nothing else reads it (issue 14: one
-	// allocation and one body-sized copy per hook less).
-	envScratch []byte
+	// Owned by the run goroutine, reused group after group (issue 14: each
+	// was an allocation per group, and groups are often one record): the
+	// batch (store.RenewBatch keeps its buffer), the drained items, and
+	// the envelope being written.
+	batch   *store.Batch
+	drained []*item
+	env     store.Envelope
 }
-
-// maxScratchEnvelope: a larger envelope is encoded into a buffer of its
-// own, so the writer does not keep a max_body_bytes buffer for good.
-const maxScratchEnvelope = 1 << 20
 
 // maxHandedValue: the largest envelope handed to dispatch with its hook
 // (Options.OnCommitted); a larger one is read back from the store.
@@ -157,6 +156,10 @@ func (w *writer) run(ctx context.Context) {
 			default:
 			}
 			w.refuseQueued(ErrClosed)
+			if w.batch != nil {
+				_ = w.batch.Close()
+				w.batch = nil
+			}
 			return
 		case err := <-w.fenceCh:
 			w.fence(ctx, err)
@@ -195,10 +198,13 @@ func (w *writer) round(ctx context.Context) {
 		}
 		t.Stop()
 	}
-	items, more := w.b.drain(nil)
+	items, more := w.b.drain(w.drained[:0])
 	if len(items) > 0 {
 		w.commit(items)
 	}
+	// commit kept no reference to the slice (the replies copy the items).
+	clear(items)
+	w.drained = items[:0]
 	if more {
 		select {
 		case w.b.wake <- struct{}{}:
@@ -218,6 +224,7 @@ type commitGroup struct {
 	replies  []pendingReply
 	dups     []pendingReply // dual: duplicates are answered by the local fsync alone
 	rows     []store.Row    // every row the group writes, for the fence's undo
+	arena    store.RowArena // the keys and values of rows (disk: AppendHook)
 	entries  []*pendingEntry
 	inGroup  map[string]original // dedupe key → the new hook of this group holding it
 	bytes    int64               // dual: what the group adds to the pending set
@@ -250,15 +257,32 @@ func (w *writer) commit(items []*item) {
 	if !ok {
 		return
 	}
+	w.batch = w.st.RenewBatch(w.batch, batchSize(items))
 	g := &commitGroup{
-		now: now, nowMs: now.UnixMilli(), dual: w.dual != nil, batch: w.st.NewBatchSized(batchSize(items)),
+		now: now, nowMs: now.UnixMilli(), dual: w.dual != nil, batch: w.batch,
 		replies: make([]pendingReply, 0, len(items)), firstSeq: w.nextSeq, start: time.Now(),
 	}
-	defer g.batch.Close()
+	if !g.dual {
+		// One rows slice and one arena for the whole group (AppendHook),
+		// sized for every record written as a new hook with its dedupe rows.
+		nrows, nbytes := 0, 0
+		for _, it := range items {
+			r := it.rec
+			h := store.NewHook{Env: &store.Envelope{Tenant: r.Tenant, Source: r.Source, DedupeKey: r.DedupeKey}, Sinks: r.Sinks, Dedupe: r.DedupeKey != ""}
+			nrows += store.HookRowCount(&h)
+			nbytes += store.HookRowsSize(&h)
+		}
+		g.rows = make([]store.Row, 0, nrows)
+		g.arena.Grow(nbytes)
+	}
 	for _, it := range items {
 		w.add(g, it)
 	}
-	w.apply(g, len(items), probe)
+	if !w.apply(g, len(items), probe) {
+		// A failed apply's batch is not renewed (store.RenewBatch).
+		_ = w.batch.Close()
+		w.batch = nil
+	}
 }
 
 // admit asks the dual gate whether the group may start; probe says it is
@@ -385,18 +409,23 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 	r := it.rec
 	seq := w.nextSeq
 	w.nextSeq++
-	env := store.Envelope{
+	// The writer's own envelope, not a new one per hook: nothing keeps it
+	// past this call (the rows are encoded from it), and it is cleared at
+	// the end so that it holds no body.
+	env := &w.env
+	*env = store.Envelope{
 		Seq: seq, ID: it.id, ReceivedAt: r.ReceivedAt.UnixNano(),
 		Tenant: r.Tenant, Source: r.Source, ContentType: r.ContentType,
 		DedupeKey: r.DedupeKey, Flagged: r.Flagged, SHA256: sha256.Sum256(r.Body),
 		Headers: r.Headers, Body: r.Body,
 	}
+	defer func() { *env = store.Envelope{} }()
 	// Due at commit time, never earlier than the previous group's: new due
 	// keys only ever land at or after dispatch's scan cursor, so its scan
 	// can skip the tombstones of rows it already claimed.
 	dueAt := max(g.nowMs, w.lastDueAt)
 	w.lastDueAt = dueAt
-	h := &store.NewHook{Env: &env, Sinks: r.Sinks, DueAtMs: dueAt}
+	h := &store.NewHook{Env: env, Sinks: r.Sinks, DueAtMs: dueAt}
 	if uk != nil {
 		// Ack rule 2: the dedupe rows ride in the hook's own batch.
 		h.Dedupe, h.DedupeExpiresAtMs = true, g.now.Add(r.DedupeTTL).UnixMilli()
@@ -405,30 +434,29 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 		}
 		g.inGroup[string(uk)] = original{id: it.id, seq: seq}
 	}
-	size := store.EnvelopeSize(&env)
-	// With dispatch taking new hooks from memory (OnCommitted) the value
-	// is encoded into a buffer of its own, handed over with the hook: its
-	// first delivery then reads nothing back (the Get it saves allocated
-	// as much). Larger ones are read back, so memory held for delivery
-	// stays bounded by maxHandedValue per hook.
-	hand := !g.dual && w.opts.OnCommitted != nil
-	scratch := !g.dual && size <= maxScratchEnvelope && !(hand && size <= maxHandedValue)
-	if scratch {
-		// Under disk only the batch reads the value, and Set copies it.
-		w.envScratch = store.AppendEnvelope(w.envScratch[:0], &env)
-		h.Value = w.envScratch
+	var rows []store.Row
+	if g.dual {
+		// The encoded value is kept: it is published and held for
+		// complete-local.
+		rows, _ = g.batch.PutHook(h) // a dead batch fails the apply
+		g.rows = append(g.rows, rows...)
+	} else {
+		// Under disk only the batch reads the value: the envelope is
+		// encoded straight into it, and the kept rows have no value (the
+		// fence deletes by key).
+		first := len(g.rows)
+		g.rows, _ = g.batch.AppendHook(g.rows, &g.arena, h) // a dead batch fails the apply
+		rows = g.rows[first:]
 	}
-	rows, _ := g.batch.PutHook(h) // a dead batch fails the apply
-	if scratch {
-		// The scratch is the next hook's: the kept rows lose the value
-		// (the fence deletes by key; under dual nothing uses scratch).
-		rows[0].Value = nil
-	}
-	g.rows = append(g.rows, rows...)
-	if hand {
+	if !g.dual && w.opts.OnCommitted != nil {
+		// Dispatch takes new hooks from memory: a value up to
+		// maxHandedValue is encoded once more into a buffer of its own,
+		// handed over with the hook, so its first delivery reads nothing
+		// back (the Get it saves allocated as much). Larger ones are read
+		// back, so memory held for delivery stays bounded per hook.
 		c := store.Committed{Seq: seq, DueAtMs: dueAt, Size: uint32(len(r.Body)), Sinks: r.Sinks}
-		if size <= maxHandedValue {
-			c.Value = rows[0].Value
+		if store.EnvelopeSize(env) <= maxHandedValue {
+			c.Value = store.EncodeEnvelope(env)
 		}
 		g.committed = append(g.committed, c)
 	}
@@ -454,8 +482,8 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 
 // apply applies the group's batch and hands its callers to the syncer. A
 // failed apply answers them (or, under dual, the join) with the error and
-// fences.
-func (w *writer) apply(g *commitGroup, records int, probe bool) {
+// fences; apply then reports false.
+func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 	written := int(w.nextSeq - g.firstSeq)
 	if probe && written == 0 {
 		// A probe that publishes nothing reports nothing (gate invariant G1).
@@ -487,7 +515,7 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) {
 				w.b.answer(r.it, outcome{err: fmt.Errorf("%w: %w", ErrStoreUnavailable, err)})
 			}
 			w.fence(context.Background(), err)
-			return
+			return false
 		}
 		w.s.applied.Store(w.nextSeq - 1)
 		w.hooks.Add(uint64(written))
@@ -504,6 +532,7 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) {
 		w.s.submit(handoff{replies: g.dups})
 	}
 	w.pruneUnsynced()
+	return true
 }
 
 // pruneUnsynced forgets the groups an fsync has covered.

@@ -145,3 +145,59 @@ func TestBatch_ReopenRewindsTheDueFloor(t *testing.T) {
 		t.Fatalf("after a reopen the floor = %d %v, want 0 (a rescan from the start)", at, ok)
 	}
 }
+
+// RenewBatch hands back an applied batch empty (none of its writes are
+// applied again, and the due floor it noted is forgotten), and a batch of
+// an earlier generation or of a closed store is replaced: the renewed one
+// applies on the current generation, or fails like any dead batch.
+func TestBatch_RenewBatch(t *testing.T) {
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
+	b := st.RenewBatch(nil, 64)
+	_ = b.Set([]byte("a"), []byte("1"), nil)
+	_ = b.Set(store.DueKey(5, 1, 1), nil, nil)
+	if err := st.Apply(b); err != nil {
+		t.Fatal(err)
+	}
+	st.TakeDueFloor()
+	if err := st.Apply(st.NewBatch()); err != nil {
+		t.Fatal(err)
+	}
+	b = st.RenewBatch(b, 64)
+	_ = b.Set([]byte("b"), []byte("2"), nil)
+	if err := st.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.TakeDueFloor(); ok {
+		t.Fatal("a renewed batch still carried the due row of its last use")
+	}
+	del := st.NewBatch()
+	_ = del.Delete([]byte("a"), nil)
+	if err := st.ApplySync(del); err != nil {
+		t.Fatal(err)
+	}
+	b = st.RenewBatch(b, 64)
+	if err := st.ApplySync(b); err != nil { // empty: must not bring "a" back
+		t.Fatal(err)
+	}
+	if v, _ := st.Get([]byte("a")); v != nil {
+		t.Fatal("renewing re-applied the batch's earlier writes")
+	}
+
+	if err := st.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	b = st.RenewBatch(b, 64)
+	_ = b.Set([]byte("c"), []byte("3"), nil)
+	if err := st.ApplySync(b); err != nil {
+		t.Fatalf("a batch renewed across a Reopen: %v", err)
+	}
+	if v, _ := st.Get([]byte("c")); string(v) != "3" {
+		t.Fatalf("c = %q after the renewed batch's apply", v)
+	}
+
+	_ = st.Close()
+	b = st.RenewBatch(b, 64)
+	if err := st.Apply(b); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("a batch renewed after Close applied with %v, want ErrClosed", err)
+	}
+}

@@ -1,6 +1,9 @@
 package store
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // hookrows.go owns the rows a new hook is stored as — the hook row, its id
 // index, its source and tenant listing indexes, one delivery row and one due
@@ -50,36 +53,73 @@ type NewHook struct {
 // them in one batch can never leave a dedupe hit naming a hook that is not
 // stored (ack rule 2, internal/queue).
 func HookRows(h *NewHook) []Row {
-	env := h.Env
-	seq := env.Seq
 	val := h.Value
 	if val == nil {
-		val = EncodeEnvelope(env)
+		val = EncodeEnvelope(h.Env)
 	}
-	var a arena
-	a.b = make([]byte, 0, hookRowsSize(h))
+	rows := AppendHookRows(make([]Row, 0, HookRowCount(h)), nil, h)
+	rows[0].Value = val
+	return rows
+}
+
+// AppendHookRows appends the rows of h to dst in HookRows' order, their
+// keys and values cut from a (nil: an arena of the hook's own), with
+// rows[len(dst)].Value, the hook row's, left nil: HookRows sets it, and
+// Batch.AppendHook encodes the envelope straight into the batch.
+//
+// A caller that writes many hooks (the commit path's writer) passes one
+// arena grown once for all of them and one dst sized by HookRowCount, so a
+// group costs two allocations instead of two per hook (issue 14).
+func AppendHookRows(dst []Row, a *RowArena, h *NewHook) []Row {
+	env := h.Env
+	seq := env.Seq
+	if a == nil {
+		a = &RowArena{}
+	}
+	a.Grow(HookRowsSize(h))
 	hk := a.cut(appendHookKey(a.b, seq))
 	ik := a.cut(appendHookIDKey(a.b, env.ID))
 	iv := a.cut(binary.BigEndian.AppendUint64(a.b, seq))
-	rows := make([]Row, 0, 6+2*len(h.Sinks))
-	rows = append(rows, Row{hk, val}, Row{ik, iv})
+	dst = append(dst, Row{hk, nil}, Row{ik, iv})
 	// The listing indexes (GET /v1/hooks?source|tenant) ride with the hook,
 	// so the fence undoes them with it.
-	rows = append(rows,
+	dst = append(dst,
 		Row{a.cut(appendNameSeqKey(a.b, PrefixSourceIdx, env.Source, seq)), nil},
 		Row{a.cut(appendNameSeqKey(a.b, PrefixTenantIdx, env.Tenant, seq)), nil})
 	for _, sk := range h.Sinks {
 		k := a.cut(appendDeliveryKey(a.b, seq, sk.Num))
 		nd := NewDelivery(h.DueAtMs, uint32(len(env.Body)), sk.ID, h.ReplayID)
 		v := a.cut(appendDelivery(a.b, &nd))
-		rows = append(rows, Row{k, v}, Row{a.cut(appendDueKey(a.b, h.DueAtMs, seq, sk.Num)), nil})
+		dst = append(dst, Row{k, v}, Row{a.cut(appendDueKey(a.b, h.DueAtMs, seq, sk.Num)), nil})
 	}
 	if h.Dedupe {
 		uk := a.cut(appendDedupeKey(a.b, env.Tenant, env.Source, env.DedupeKey))
 		v := a.cut(appendDedupe(a.b, &DedupeEntry{ExpiresAtMs: h.DedupeExpiresAtMs, ID: env.ID, Seq: seq}))
-		rows = append(rows, Row{uk, v}, Row{a.cut(appendExpiryKey(a.b, h.DedupeExpiresAtMs, uk)), nil})
+		dst = append(dst, Row{uk, v}, Row{a.cut(appendExpiryKey(a.b, h.DedupeExpiresAtMs, uk)), nil})
 	}
-	return rows
+	return dst
+}
+
+// HookRowCount is how many rows HookRows returns for h.
+func HookRowCount(h *NewHook) int {
+	n := 4 + 2*len(h.Sinks)
+	if h.Dedupe {
+		n += 2
+	}
+	return n
+}
+
+// RowArena is the memory hooks' keys and values are cut from (see arena).
+// Its zero value is ready; Grow reserves room for more.
+type RowArena struct{ arena }
+
+// Grow makes room for at least n more bytes without moving: the pieces cut
+// so far stay where they are (a fresh array is started when the current
+// one is short).
+func (a *RowArena) Grow(n int) {
+	if cap(a.b)-len(a.b) < n {
+		a.b = make([]byte, 0, n)
+	}
 }
 
 // NewDelivery is the delivery row a new hook is written with, per sink:
@@ -130,9 +170,11 @@ func (a *arena) cut(grown []byte) []byte {
 	return grown[start:len(grown):len(grown)]
 }
 
-// hookRowsSize is the bytes HookRows cuts from its arena: every key and
-// value but the envelope.
-func hookRowsSize(h *NewHook) int {
+// HookRowsSize is the bytes HookRows cuts from its arena: every key and
+// value but the envelope. It reads h.Env's Tenant, Source and DedupeKey,
+// h.Sinks, h.ReplayID and h.Dedupe only, so a caller can size an arena
+// before the envelope is complete.
+func HookRowsSize(h *NewHook) int {
 	env := h.Env
 	n := 9 + 17 + 8 + (10 + len(env.Source)) + (10 + len(env.Tenant))
 	for _, sk := range h.Sinks {
@@ -152,6 +194,34 @@ func hookRowsSize(h *NewHook) int {
 func (b *Batch) PutHook(h *NewHook) ([]Row, error) {
 	rows := HookRows(h)
 	return rows, b.PutRows(rows)
+}
+
+// AppendHook adds every row of h to b, as PutHook, and appends them to dst
+// (AppendHookRows, keys and values cut from a), but encodes the envelope
+// straight into the batch (h.Value is ignored): the appended hook row has
+// no Value, and no copy of the body exists but the batch's own (issue 14:
+// at 256 KiB the encode into a scratch buffer and the batch's copy of it
+// were two body-sized copies). For a caller that needs no encoded value
+// of its own (the commit path under wal.type: disk; the fence deletes by
+// key). Errors as PutHook's.
+func (b *Batch) AppendHook(dst []Row, a *RowArena, h *NewHook) ([]Row, error) {
+	first := len(dst)
+	dst = AppendHookRows(dst, a, h)
+	if b.err != nil {
+		return dst, b.err
+	}
+	hk := dst[first].Key
+	op := b.b.SetDeferred(len(hk), EnvelopeSize(h.Env))
+	copy(op.Key, hk)
+	if got := AppendEnvelope(op.Value[:0], h.Env); len(got) != len(op.Value) {
+		// EnvelopeSize is exact (checkEncodingForms, TestEnvelopeRoundTrip); a mismatch would
+		// leave a value with bytes of another's in it.
+		panic(fmt.Sprintf("store: envelope encoded to %d bytes, sized %d", len(got), len(op.Value)))
+	}
+	if err := op.Finish(); err != nil {
+		return dst, err
+	}
+	return dst, b.PutRows(dst[first+1:])
 }
 
 // PutRows adds rows that HookRows built (complete-local re-applies a held

@@ -315,3 +315,79 @@ func TestHookRows_FrozenFormat(t *testing.T) {
 		}
 	}
 }
+
+// AppendHook (the commit path's writer: the envelope encoded straight into
+// the batch, the keys of many hooks cut from one arena) stores exactly the
+// rows PutHook stores, and returns HookRows' rows with the hook row's value
+// left out. The arena is grown for less than the hooks need, so pieces are
+// cut from more than one array.
+func TestBatch_AppendHookStoresWhatPutHookStores(t *testing.T) {
+	hooks := func() []*store.NewHook {
+		var hs []*store.NewHook
+		for i, sinks := range [][]store.HookSink{nil, {{Num: 1, ID: "a"}}, {{Num: 2, ID: "b"}, {Num: 9, ID: "c"}}} {
+			seq := uint64(10 + i)
+			env := &store.Envelope{
+				Seq: seq, ID: [16]byte{byte(i + 1)}, ReceivedAt: 5, Tenant: "t", Source: "s" + strings.Repeat("x", i),
+				ContentType: "application/json", DedupeKey: "k" + strings.Repeat("y", i),
+				Headers: []store.Header{{Name: "a", Value: "b"}}, Body: bytes.Repeat([]byte{byte('0' + i)}, 100*i),
+			}
+			hs = append(hs, &store.NewHook{Env: env, Sinks: sinks, DueAtMs: 7, Dedupe: i != 1, DedupeExpiresAtMs: 99})
+		}
+		return hs
+	}
+	put := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
+	b := put.NewBatch()
+	for _, h := range hooks() {
+		if _, err := b.PutHook(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := put.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+
+	app := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
+	b = app.NewBatch()
+	var a store.RowArena
+	a.Grow(40)
+	var rows []store.Row
+	hs := hooks()
+	for _, h := range hs {
+		first := len(rows)
+		var err error
+		if rows, err = b.AppendHook(rows, &a, h); err != nil {
+			t.Fatal(err)
+		}
+		want := store.HookRows(h)
+		got := rows[first:]
+		if len(got) != len(want) || got[0].Value != nil {
+			t.Fatalf("seq %d: %d rows (hook row value %x), want %d and none", h.Env.Seq, len(got), got[0].Value, len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got[i].Key, want[i].Key) || (i > 0 && !bytes.Equal(got[i].Value, want[i].Value)) {
+				t.Fatalf("seq %d row %d = %x → %x, want %x → %x", h.Env.Seq, i, got[i].Key, got[i].Value, want[i].Key, want[i].Value)
+			}
+		}
+	}
+	if err := app.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+	for _, h := range hs {
+		for _, r := range store.HookRows(h) {
+			pv, err1 := put.Get(r.Key)
+			av, err2 := app.Get(r.Key)
+			if err1 != nil || err2 != nil || pv == nil || !bytes.Equal(pv, av) {
+				t.Fatalf("row %x: PutHook stored %x (%v), AppendHook %x (%v)", r.Key, pv, err1, av, err2)
+			}
+		}
+	}
+
+	// A dead batch records nothing and says so.
+	_ = app.Close()
+	dead := app.NewBatch()
+	if _, err := dead.AppendHook(nil, &a, hs[0]); err == nil {
+		t.Fatal("AppendHook on a dead batch returned nil")
+	}
+}
