@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -160,6 +161,7 @@ type Handler struct {
 	// bodies are the pooled body buffers; releases is whether the committer
 	// is a BodyReleaser (B1).
 	bodies   *bodyPool
+	states   sync.Pool // *reqState, under B1 like the bodies
 	releases bool
 	// jsonCT is the Content-Type value of every JSON answer. Assigned, not
 	// Set, so an answer does not allocate it: net/http copies a handler's
@@ -241,7 +243,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, start, unknownSourceLabel, http.StatusNotFound, "unknown_source", map[string]any{"error": "unknown_source"})
 		return
 	}
-	headers, bad := captureHeaders(r.Header)
+	var held int64
+	// shared: the body may be read by someone else after this request
+	// (B1), so its pooled buffer is not given back, nor the request state
+	// whose record and headers name it.
+	var pb *bodyBuf
+	shared := false
+	st := h.getState()
+	defer func() {
+		h.o.Budget.Release(held)
+		if !shared {
+			if pb != nil {
+				h.bodies.put(pb)
+			}
+			h.putState(st)
+		}
+	}()
+	headers, bad := captureHeaders(st.headers[:0], r.Header)
 	if bad != "" {
 		h.reject(w, start, src.ID, http.StatusBadRequest, "invalid_header", map[string]any{"error": "invalid_header", "header": bad})
 		return
@@ -253,17 +271,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, start, unknownSourceLabel, http.StatusNotFound, "unknown_source", map[string]any{"error": "unknown_source"})
 		return
 	}
-	var held int64
-	// shared: the body may be read by someone else after this request
-	// (B1), so its pooled buffer is not given back.
-	var pb *bodyBuf
-	shared := false
-	defer func() {
-		h.o.Budget.Release(held)
-		if pb != nil && !shared {
-			h.bodies.put(pb)
-		}
-	}()
 	body, pb, err := readBody(w, r, h.o.Budget, h.bodies, h.o.MaxBodyBytes, &held)
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -323,7 +330,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rec := &queue.Record{
+	st.headers = headers[:0]
+	rec := &st.rec
+	*rec = queue.Record{
 		ReceivedAt:  start,
 		Tenant:      tenant,
 		Source:      src.ID,
@@ -357,7 +366,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if res.Duplicate {
 			outcome = OutcomeDuplicate
 		}
-		h.writeAccepted(w, res)
+		h.writeAccepted(w, st, res)
 		h.o.Observer.Ingest(src.ID, outcome, h.o.Now().Sub(start))
 	case errors.Is(err, queue.ErrOverload):
 		h.unavailable(w, start, src.ID, "overload", h.o.RetryAfterSecs)
@@ -486,7 +495,7 @@ func (h *Handler) submitClaimed(w http.ResponseWriter, r *http.Request, start ti
 	case c.Committed:
 		// The key names a hook another node acked: promote ran only after
 		// that hook was durable, so this duplicate never precedes it.
-		h.writeAccepted(w, queue.Result{ID: c.ID, Duplicate: true})
+		h.writeAccepted(w, nil, queue.Result{ID: c.ID, Duplicate: true})
 		h.o.Observer.Ingest(rec.Source, OutcomeDuplicate, h.o.Now().Sub(start))
 		return queue.Result{}, true, nil
 	}
@@ -546,26 +555,35 @@ func (hc heldClaim) Release()            { hc.s.Release(hc.c) }
 // valid UTF-8 with U+FFFD in place of the invalid bytes (encoding/json), the
 // HTTP sink forwards no provider headers.
 //
-// Allocations: the sorted names (on the stack for up to 32 names), the
-// result, and one string that every lower-case name is cut from; the
-// values are the request's own strings.
-func captureHeaders(hdr http.Header) ([]store.Header, string) {
+// The headers are appended to dst (the pooled request state's). Allocations:
+// the sorted names (on the stack for up to 32 names), dst's growth, and
+// one string that every lower-case name not in commonLower is cut from;
+// the values are the request's own strings.
+func captureHeaders(dst []store.Header, hdr http.Header) ([]store.Header, string) {
 	var nbuf [32]string
 	names := nbuf[:0]
-	values, nameBytes := 0, 0
-	for n, vs := range hdr {
+	for n := range hdr {
 		names = append(names, n)
-		values += len(vs)
-		nameBytes += len(n)
 	}
 	sort.Strings(names)
 	// First pass, in sorted order: check every name and value (the first
-	// bad one is reported) and lower-case the names into one buffer.
+	// bad one is reported) and lower-case the names not in commonLower
+	// into one buffer.
 	var lower strings.Builder
-	lower.Grow(nameBytes)
 	for _, n := range names {
 		if !validName(n) {
 			return nil, n
+		}
+		for _, v := range hdr[n] {
+			if !validValue(v) {
+				return nil, strings.ToLower(n)
+			}
+		}
+		if _, ok := commonLower[n]; ok {
+			continue
+		}
+		if lower.Cap() == 0 {
+			lower.Grow(len(n) * (len(names) + 1))
 		}
 		for i := 0; i < len(n); i++ { // ASCII only: validName holds
 			c := n[i]
@@ -574,23 +592,39 @@ func captureHeaders(hdr http.Header) ([]store.Header, string) {
 			}
 			lower.WriteByte(c)
 		}
-		for _, v := range hdr[n] {
-			if !validValue(v) {
-				return nil, strings.ToLower(n)
-			}
-		}
 	}
 	all := lower.String()
-	out := make([]store.Header, 0, values)
 	for _, n := range names {
-		ln := all[:len(n)]
-		all = all[len(n):]
+		ln, ok := commonLower[n]
+		if !ok {
+			ln = all[:len(n)]
+			all = all[len(n):]
+		}
 		for _, v := range hdr[n] {
-			out = append(out, store.Header{Name: ln, Value: v})
+			dst = append(dst, store.Header{Name: ln, Value: v})
 		}
 	}
-	return out, ""
+	return dst, ""
 }
+
+// commonLower maps the canonical form of names most requests carry to
+// their lower-case form, so that a request with only these allocates no
+// names (read only).
+var commonLower = func() map[string]string {
+	m := make(map[string]string)
+	for _, n := range []string{
+		"Accept", "Accept-Encoding", "Connection", "Content-Length", "Content-Type", "User-Agent",
+		"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Real-Ip", "X-Request-Id", "Traceparent",
+		"X-Github-Delivery", "X-Github-Event", "X-Github-Hook-Id", "X-Github-Hook-Installation-Target-Id",
+		"X-Github-Hook-Installation-Target-Type", "X-Hub-Signature", "X-Hub-Signature-256",
+		"Stripe-Signature", "Webhook-Id", "Webhook-Signature", "Webhook-Timestamp",
+		"X-Shopify-Hmac-Sha256", "X-Shopify-Topic", "X-Shopify-Shop-Domain", "X-Shopify-Webhook-Id",
+		"X-Slack-Signature", "X-Slack-Request-Timestamp",
+	} {
+		m[n] = strings.ToLower(n)
+	}
+	return m
+}()
 
 func validName(s string) bool {
 	if s == "" {
@@ -623,9 +657,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // answer, and a map through encoding/json cost measurably more. Its
 // Content-Length is net/http's: a handler that returns without flushing an
 // answer this short gets the length computed from the buffered bytes.
-func (h *Handler) writeAccepted(w http.ResponseWriter, res queue.Result) {
-	var buf [96]byte
-	b := append(buf[:0], `{"id":"`...)
+//
+// st, when not nil, lends its buffer for the bytes: a buffer of the
+// function's own escapes to the heap through the Write (an allocation per
+// 201).
+func (h *Handler) writeAccepted(w http.ResponseWriter, st *reqState, res queue.Result) {
+	var b []byte
+	if st != nil {
+		b = st.answer[:0]
+	} else {
+		b = make([]byte, 0, answerCap)
+	}
+	b = append(b, `{"id":"`...)
 	b = appendUUID(b, res.ID)
 	b = append(b, `","status":"accepted"`...)
 	if res.Duplicate {
@@ -635,6 +678,38 @@ func (h *Handler) writeAccepted(w http.ResponseWriter, res queue.Result) {
 	w.Header()["Content-Type"] = h.jsonCT
 	w.WriteHeader(http.StatusCreated)
 	_, _ = w.Write(b)
+}
+
+// answerCap holds the longest 201 body writeAccepted writes.
+const answerCap = 96
+
+// reqState is the memory of one request that the edge reuses: the record
+// handed to the committer, the captured headers' backing array, and the
+// 201's bytes. It is pooled under B1, exactly as the body buffer is: the
+// record names the body, and the committer's promise covers both.
+type reqState struct {
+	rec     queue.Record
+	headers []store.Header
+	answer  [answerCap]byte
+}
+
+func (h *Handler) getState() *reqState {
+	if st, ok := h.states.Get().(*reqState); ok {
+		return st
+	}
+	return &reqState{}
+}
+
+// putState gives st back once nothing reads it (B1, the caller's); it
+// keeps no reference to the request's strings or body.
+func (h *Handler) putState(st *reqState) {
+	if cap(st.headers) > 64 {
+		st.headers = nil // an unusual request's array is not kept for good
+	}
+	clear(st.headers[:cap(st.headers)])
+	st.headers = st.headers[:0]
+	st.rec = queue.Record{}
+	h.states.Put(st)
 }
 
 // appendUUID appends id in the canonical 8-4-4-4-12 form, as
