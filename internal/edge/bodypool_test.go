@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +27,8 @@ import (
 type keepingCommitter struct {
 	mu     sync.Mutex
 	kept   []*queue.Record
-	copies [][]byte // each body as it was when Submit was called
+	copies [][]byte       // each body as it was when Submit was called
+	recs   []queue.Record // each record as it was, its headers cloned
 	answer func(ctx context.Context) error
 }
 
@@ -33,6 +36,9 @@ func (c *keepingCommitter) Submit(ctx context.Context, rec *queue.Record) (queue
 	c.mu.Lock()
 	c.kept = append(c.kept, rec)
 	c.copies = append(c.copies, bytes.Clone(rec.Body))
+	rc := *rec
+	rc.Headers = slices.Clone(rec.Headers)
+	c.recs = append(c.recs, rc)
 	c.mu.Unlock()
 	if err := c.answer(ctx); err != nil {
 		return queue.Result{}, err
@@ -40,7 +46,8 @@ func (c *keepingCommitter) Submit(ctx context.Context, rec *queue.Record) (queue
 	return queue.Result{ID: [16]byte{1}, Seq: 1}, nil
 }
 
-// intact fails t for every kept record whose body changed since Submit.
+// intact fails t for every kept record whose body, or the record itself
+// (its fields and headers: the pooled request state), changed since Submit.
 func (c *keepingCommitter) intact(t *testing.T, which func(i int) bool) {
 	t.Helper()
 	c.mu.Lock()
@@ -49,6 +56,9 @@ func (c *keepingCommitter) intact(t *testing.T, which func(i int) bool) {
 		if which(i) && !bytes.Equal(r.Body, c.copies[i]) {
 			t.Fatalf("record %d: its body was overwritten after Submit returned (%.20q…, was %.20q…): a buffer still referenced went back to the pool",
 				i, r.Body, c.copies[i])
+		}
+		if w := c.recs[i]; which(i) && (r.Tenant != w.Tenant || r.Source != w.Source || r.ReceivedAt != w.ReceivedAt || !slices.Equal(r.Headers, w.Headers)) {
+			t.Fatalf("record %d changed after Submit returned (%v, was %v): its request state went back to the pool", i, r.Headers, w.Headers)
 		}
 	}
 }
@@ -127,10 +137,10 @@ func TestIngest_BodyBufferNotReusedWhileReferenced(t *testing.T) {
 			c, k := tt.c()
 			h := poolHandler(c)
 			k.answer = tt.answer
-			serve(h, tt.first, strings.Repeat("A", 4000), nil)
+			serve(h, tt.first, strings.Repeat("A", 4000), map[string]string{"X-Request": "first"})
 			k.answer = ok
 			for i := range 16 {
-				if code := serve(h, context.Background(), strings.Repeat(string(rune('a'+i)), 4000), nil); code != http.StatusCreated {
+				if code := serve(h, context.Background(), strings.Repeat(string(rune('a'+i)), 4000), map[string]string{"X-Request": strconv.Itoa(i)}); code != http.StatusCreated {
 					t.Fatalf("request %d: %d", i, code)
 				}
 			}
@@ -147,7 +157,7 @@ func TestIngest_BodyBufferNotReusedWhileReferenced(t *testing.T) {
 // requests whose client left before the commit answered (their records are
 // still committed by the writer after the handler returned, from the
 // buffer the handler must not have given back). Every body carries its
-// sha256 in a header (headers are never pooled), so a stored hook whose
+// sha256 in a header (a header value is the request's own string, never a pooled buffer), so a stored hook whose
 // body came from another request's bytes is found.
 func TestIngest_PooledBodiesStoredIntact(t *testing.T) {
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)

@@ -352,3 +352,41 @@ func TestQueue_SeqsSurviveReopen(t *testing.T) {
 		t.Fatalf("hooks = %d, want 11", h)
 	}
 }
+
+// Batcher items are pooled (batcher.go, P1): the item of a caller that
+// left before its answer (ctx done) is never handed to another caller, so
+// every caller gets its own record's answer, also after one left while its
+// record was still in flight.
+func TestQueue_EveryCallerGetsItsOwnAnswer(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	sig := newGroupSignal()
+	q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+
+	withID := func(b byte) *queue.Record {
+		r := rec(fmt.Sprint(b), "")
+		r.ID = [16]byte{15: b, 0: 1}
+		return r
+	}
+	gate.Hold()
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() {
+		_, err := q.Submit(ctx, withID(1))
+		left <- err
+	}()
+	sig.wait(t)
+	release := gate.Held(t)
+	cancel()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the caller that left got %v, want context.Canceled", err)
+	}
+	gate.Open()
+	close(release)
+	for b := byte(2); b < 40; b++ {
+		res, err := q.Submit(context.Background(), withID(b))
+		if err != nil || res.ID != withID(b).ID {
+			t.Fatalf("caller %d got %x, %v: another caller's answer", b, res.ID, err)
+		}
+	}
+}
