@@ -185,8 +185,8 @@ func EncodeEnvelope(v *Envelope) []byte {
 	return AppendEnvelope(make([]byte, 0, EnvelopeSize(v)), v)
 }
 
-// AppendEnvelope appends the encoding of v to dst: a caller that owns a
-// scratch buffer (the ingest writer, whose batch copies the value) encodes
+// AppendEnvelope appends the encoding of v to dst: a caller that owns the
+// buffer (Batch.AppendHook, encoding into the batch's own bytes) encodes
 // without allocating.
 func AppendEnvelope(dst []byte, v *Envelope) []byte {
 	e := enc{b: dst}
