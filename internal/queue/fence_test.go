@@ -90,6 +90,49 @@ func TestQueue_FencedFsyncFailure(t *testing.T) {
 		}
 	})
 
+	// Under disk a group's rows and keys are built on the memory of groups
+	// an fsync already covered (writer.pruneUnsynced): the undone groups
+	// must still name their own rows, and no acked hook loses one.
+	t.Run("groups built on reused memory are undone exactly", func(t *testing.T) {
+		gate := testutil.NewWALSyncGate()
+		st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+		sig := newGroupSignal()
+		q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+
+		for i := range 8 {
+			if _, err := q.Submit(context.Background(), rec(fmt.Sprint("acked ", i), fmt.Sprint("evt_acked_", i))); err != nil {
+				t.Fatal(err)
+			}
+			sig.wait(t)
+		}
+		gate.Hold()
+		kept := submitAsync(q, rec("kept", "evt_kept"))
+		sig.wait(t)
+		release := gate.Held(t)
+		var undone []chan submitted
+		for i := range 3 {
+			undone = append(undone, submitAsync(q, rec(fmt.Sprint("undone ", i), fmt.Sprint("evt_undone_", i))))
+			sig.wait(t) // one group each, applied while the fsync is held
+		}
+		gate.Open()
+		gate.FailNext(1)
+		close(release)
+		if a := answer(t, kept); a.err != nil {
+			t.Fatalf("kept record: %v", a.err)
+		}
+		for _, ch := range undone {
+			if b := answer(t, ch); !errors.Is(b.err, queue.ErrStoreUnavailable) {
+				t.Fatalf("undone record: %+v %v; want ErrStoreUnavailable", b.res, b.err)
+			}
+		}
+		waitFences(t, q, 1)
+		for _, p := range []byte{store.PrefixHook, store.PrefixDelivery, store.PrefixSourceIdx, store.PrefixTenantIdx, store.PrefixDedupe} {
+			if n, _ := st.Count([]byte{p}); n != 9 {
+				t.Fatalf("%d rows %q after the fence, want 9 (the acked hooks')", n, p)
+			}
+		}
+	})
+
 	t.Run("the provider's retry of an undone hook is stored once", func(t *testing.T) {
 		gate := testutil.NewWALSyncGate()
 		st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))

@@ -18,7 +18,14 @@ import (
 type appliedGroup struct {
 	maxSeq uint64
 	rows   []store.Row
+	// arena holds the rows' keys and values under disk (AppendHook).
+	arena store.RowArena
 }
+
+// maxSpareGroups bounds the covered groups' rows and arenas the writer
+// keeps for reuse: one fsync covers every group applied while the last
+// one ran, often dozens of single-record groups.
+const maxSpareGroups = 64
 
 type sweepRequest struct {
 	reply chan sweepResult
@@ -63,6 +70,9 @@ type writer struct {
 	batch   *store.Batch
 	drained []*item
 	env     store.Envelope
+	// spare are the rows slices and arenas of disk groups an fsync covered,
+	// for the next groups (see pruneUnsynced).
+	spare []appliedGroup
 }
 
 // maxHandedValue: the largest envelope handed to dispatch with its hook
@@ -272,7 +282,15 @@ func (w *writer) commit(items []*item) {
 			nrows += store.HookRowCount(&h)
 			nbytes += store.HookRowsSize(&h)
 		}
-		g.rows = make([]store.Row, 0, nrows)
+		if n := len(w.spare); n > 0 {
+			sp := w.spare[n-1]
+			w.spare[n-1] = appliedGroup{}
+			w.spare = w.spare[:n-1]
+			g.rows, g.arena = sp.rows, sp.arena
+		}
+		if cap(g.rows) < nrows {
+			g.rows = make([]store.Row, 0, nrows)
+		}
 		g.arena.Grow(nbytes)
 	}
 	for _, it := range items {
@@ -494,7 +512,7 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 		_ = g.batch.SetNextSeq(w.nextSeq) // ack rule 4
 		// Remember the group before applying: a failed apply may still have
 		// left rows visible, and the fence must delete them.
-		w.unsynced = append(w.unsynced, appliedGroup{maxSeq: w.nextSeq - 1, rows: g.rows})
+		w.unsynced = append(w.unsynced, appliedGroup{maxSeq: w.nextSeq - 1, rows: g.rows, arena: g.arena})
 		w.nextSeqPublic.Store(w.nextSeq)
 		if g.dual {
 			// Both halves are issued together: the publish starts before the
@@ -535,12 +553,27 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 	return true
 }
 
-// pruneUnsynced forgets the groups an fsync has covered.
+// pruneUnsynced forgets the groups an fsync has covered. Under disk their
+// rows slices and arenas become spares for the next groups: the batch
+// copied every key and value, the fence undoes only groups no fsync
+// covered, and nothing else holds them (under dual the pending entries
+// hold their rows' keys, so nothing is reused).
 func (w *writer) pruneUnsynced() {
 	d := w.s.durable.Load()
 	i := 0
 	for i < len(w.unsynced) && w.unsynced[i].maxSeq <= d {
 		i++
+	}
+	if w.dual == nil {
+		for _, ag := range w.unsynced[:i] {
+			if len(w.spare) == maxSpareGroups {
+				break
+			}
+			clear(ag.rows)
+			ag.rows = ag.rows[:0]
+			ag.arena.Reset()
+			w.spare = append(w.spare, ag)
+		}
 	}
 	if i > 0 {
 		n := copy(w.unsynced, w.unsynced[i:])

@@ -122,6 +122,12 @@ func (a *RowArena) Grow(n int) {
 	}
 }
 
+// Reset makes the whole array room again. REQUIRES: no piece cut from a
+// since it was last reset is read again (the commit path's writer resets
+// a group's arena once an fsync covered the group: the batch copied its
+// keys, and the fence no longer needs them).
+func (a *RowArena) Reset() { a.b = a.b[:0] }
+
 // NewDelivery is the delivery row a new hook is written with, per sink:
 // due at dueAtMs, no attempt yet. HookRows writes it and the dispatcher's
 // hot cache (Committed) reconstructs it from this one place, so the two
