@@ -4,8 +4,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // item is one caller waiting in the batcher. Items are pooled (issue 14:
@@ -44,6 +42,7 @@ type batcher struct {
 	wake chan struct{} // capacity 1: "something was added"
 
 	items sync.Pool // *item, each with its reply channel (P1)
+	ids   idMinter
 }
 
 type partition struct {
@@ -80,19 +79,16 @@ func (b *batcher) add(rec *Record, fenced bool) (*item, error) {
 		b.records.Add(-1)
 		return nil, ErrOverload
 	}
-	id := uuid.UUID(rec.ID)
-	if id == (uuid.UUID{}) {
-		var err error
-		if id, err = uuid.NewV7(); err != nil {
-			b.release(size)
-			return nil, ErrOverload
-		}
+	now := b.opts.Now()
+	id := rec.ID
+	if id == ([16]byte{}) {
+		id = b.ids.mint(now)
 	}
 	it, _ := b.items.Get().(*item)
 	if it == nil {
 		it = &item{reply: make(chan outcome, 1)}
 	}
-	it.rec, it.id, it.size, it.enqueued = rec, id, size, b.opts.Now()
+	it.rec, it.id, it.size, it.enqueued = rec, id, size, now
 	p := b.parts[int(id[15])%len(b.parts)]
 	p.mu.Lock()
 	p.items = append(p.items, it)
