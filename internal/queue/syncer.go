@@ -55,10 +55,16 @@ type syncer struct {
 
 	onFail func(error)          // tells the writer to fence; set by newWriter
 	answer func(*item, outcome) // the batcher's answer: replies and frees the room
+
+	// spent hands the writer back the replies slices of answered groups
+	// (disk: nothing reads them after answerAll), cleared, for its next
+	// groups; a full channel drops the slice (issue 14: one allocation per
+	// group, and groups are often one record).
+	spent chan []pendingReply
 }
 
 func newSyncer(st *store.Store, opts *Options, b *batcher) *syncer {
-	s := &syncer{st: st, opts: opts, answer: b.answer}
+	s := &syncer{st: st, opts: opts, answer: b.answer, spent: make(chan []pendingReply, 64)}
 	s.cond = sync.NewCond(&s.mu)
 	return s
 }
@@ -187,6 +193,11 @@ func (s *syncer) answerAll(batch []handoff, err error) {
 				// is the safe answer if it ever happens.
 				s.answer(r.it, outcome{err: fmt.Errorf("%w: seq %d not durable (durable %d)", ErrStoreUnavailable, r.need, d)})
 			}
+		}
+		clear(h.replies)
+		select {
+		case s.spent <- h.replies[:0]:
+		default:
 		}
 	}
 }

@@ -268,9 +268,18 @@ func (w *writer) commit(items []*item) {
 		return
 	}
 	w.batch = w.st.RenewBatch(w.batch, batchSize(items))
+	var replies []pendingReply
+	select {
+	case r := <-w.s.spent: // an answered group's, cleared (syncer.answerAll)
+		replies = r
+	default:
+	}
+	if cap(replies) < len(items) {
+		replies = make([]pendingReply, 0, len(items))
+	}
 	g := &commitGroup{
 		now: now, nowMs: now.UnixMilli(), dual: w.dual != nil, batch: w.batch,
-		replies: make([]pendingReply, 0, len(items)), firstSeq: w.nextSeq, start: time.Now(),
+		replies: replies, firstSeq: w.nextSeq, start: time.Now(),
 	}
 	if !g.dual {
 		// One rows slice and one arena for the whole group (AppendHook),
