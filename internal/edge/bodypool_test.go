@@ -200,6 +200,11 @@ func TestIngest_PooledBodiesStoredIntact(t *testing.T) {
 		if got := hex.EncodeToString(sum[:]); got != want {
 			t.Errorf("hook %d: stored body %.30q… is not the body its request sent (sha256 %s, header %s)", env.Seq, env.Body, got, want)
 		}
+		// The stored checksum (hashed by the edge, queue.Record.BodySHA256)
+		// is the stored body's.
+		if env.SHA256 != sum {
+			t.Errorf("hook %d: stored sha256 %x, its body's is %x", env.Seq, env.SHA256, sum)
+		}
 		checked++
 		return true
 	})

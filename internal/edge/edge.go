@@ -341,6 +341,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Body:        body,
 		Sinks:       src.Sinks,
 		Flagged:     flagged,
+		// Hashed here, on this request's goroutine, not on the queue's one
+		// writer goroutine (queue.Record.BodySHA256).
+		BodySHA256: sha256.Sum256(body), HasBodySHA256: true,
 	}
 	if k := src.Dedupe.Key(r.Header, body); k != "" && !flagged {
 		rec.DedupeKey, rec.DedupeTTL = k, src.Dedupe.TTL()

@@ -71,6 +71,12 @@ type Record struct {
 	DedupeTTL time.Duration
 	Flagged   bool
 	Sinks     []SinkRef
+	// BodySHA256 is sha256(Body) when HasBodySHA256: the edge hashes the
+	// body on its request's goroutine, so the one writer goroutine does not
+	// (at 256 KiB the hash was most of the writer's time per hook). Without
+	// it the writer computes the sum.
+	BodySHA256    [32]byte
+	HasBodySHA256 bool
 }
 
 // size is what a record costs the batcher's byte bound.

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
@@ -388,5 +389,40 @@ func TestQueue_EveryCallerGetsItsOwnAnswer(t *testing.T) {
 		if err != nil || res.ID != withID(b).ID {
 			t.Fatalf("caller %d got %x, %v: another caller's answer", b, res.ID, err)
 		}
+	}
+}
+
+// The envelope's sha256 is the record's BodySHA256 when the caller hashed
+// the body (the edge does), and the writer's own hash of the body otherwise.
+func TestQueue_StoredBodySHA256(t *testing.T) {
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	tests := []struct {
+		name   string
+		hashed bool
+	}{
+		{"hashed by the caller", true},
+		{"hashed by the writer", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rec(`{"pay":"`+tc.name+`"}`, "")
+			want := sha256.Sum256(r.Body)
+			if tc.hashed {
+				r.BodySHA256, r.HasBodySHA256 = want, true
+			}
+			res, err := q.Submit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := st.Get(store.HookKey(res.Seq))
+			if err != nil || v == nil {
+				t.Fatalf("hook row of seq %d: %v", res.Seq, err)
+			}
+			env, err := store.DecodeEnvelope(v)
+			if err != nil || env.SHA256 != want {
+				t.Fatalf("stored sha256 %x (%v), want %x", env.SHA256, err, want)
+			}
+		})
 	}
 }

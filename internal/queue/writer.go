@@ -443,8 +443,11 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 	*env = store.Envelope{
 		Seq: seq, ID: it.id, ReceivedAt: r.ReceivedAt.UnixNano(),
 		Tenant: r.Tenant, Source: r.Source, ContentType: r.ContentType,
-		DedupeKey: r.DedupeKey, Flagged: r.Flagged, SHA256: sha256.Sum256(r.Body),
+		DedupeKey: r.DedupeKey, Flagged: r.Flagged, SHA256: r.BodySHA256,
 		Headers: r.Headers, Body: r.Body,
+	}
+	if !r.HasBodySHA256 {
+		env.SHA256 = sha256.Sum256(r.Body)
 	}
 	defer func() { *env = store.Envelope{} }()
 	// Due at commit time, never earlier than the previous group's: new due
