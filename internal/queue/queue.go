@@ -12,8 +12,8 @@
 //     applied batch visible before it is durable, so "I can read it" never
 //     means "it is safe"; durable_seq (Syncer.Durable) is the only truth.
 //  2. The dedupe rows ride in the same batch as the hook (writer.putHook,
-//     store.HookRows), so a dedupe hit can never name a hook that is not in
-//     the store.
+//     and under disk writer.apply's store.PutRowsByFamily; store.HookRows),
+//     so a dedupe hit can never name a hook that is not in the store.
 //  3. A duplicate answer waits for the fsync that covers the original
 //     (writer.duplicate), so the duplicate of a hook still in flight is
 //     never answered first.

@@ -473,9 +473,10 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 	} else {
 		// Under disk only the batch reads the value: the envelope is
 		// encoded straight into it, and the kept rows have no value (the
-		// fence deletes by key).
+		// fence deletes by key). The other rows go in at apply, family by
+		// family across the group (store.PutRowsByFamily).
 		first := len(g.rows)
-		g.rows, _ = g.batch.AppendHook(g.rows, &g.arena, h) // a dead batch fails the apply
+		g.rows, _ = g.batch.AppendHookValue(g.rows, &g.arena, h) // a dead batch fails the apply
 		rows = g.rows[first:]
 	}
 	if !g.dual && w.opts.OnCommitted != nil {
@@ -521,6 +522,11 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 	}
 	var join *dualGroup
 	if written > 0 {
+		if !g.dual {
+			// Ack rule 2: the rest of the group's rows, dedupe rows
+			// included, into the same batch as their hook rows.
+			_ = g.batch.PutRowsByFamily(g.rows) // a dead batch fails the apply
+		}
 		_ = g.batch.SetNextSeq(w.nextSeq) // ack rule 4
 		// Remember the group before applying: a failed apply may still have
 		// left rows visible, and the fence must delete them.

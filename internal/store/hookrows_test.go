@@ -384,6 +384,47 @@ func TestBatch_AppendHookStoresWhatPutHookStores(t *testing.T) {
 		}
 	}
 
+	// The writer's way: every hook's value first, then one PutRowsByFamily
+	// for the whole group's rows, stores the same rows.
+	grp := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
+	b = grp.NewBatch()
+	var ga store.RowArena
+	var grows []store.Row
+	for _, h := range hs {
+		var err error
+		if grows, err = b.AppendHookValue(grows, &ga, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.PutRowsByFamily(grows); err != nil {
+		t.Fatal(err)
+	}
+	if err := grp.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+	for _, h := range hs {
+		for _, r := range store.HookRows(h) {
+			pv, _ := put.Get(r.Key)
+			gv, err := grp.Get(r.Key)
+			if err != nil || !bytes.Equal(pv, gv) {
+				t.Fatalf("row %x: PutHook stored %x, the family-ordered group %x (%v)", r.Key, pv, gv, err)
+			}
+		}
+	}
+	// A row of a family PutRowsByFamily does not write is a programming
+	// error (HookRows grew a family): it panics rather than drop the row.
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("PutRowsByFamily wrote a row of an unknown family without panicking")
+			}
+		}()
+		b := grp.NewBatch()
+		defer b.Close()
+		_ = b.PutRowsByFamily([]store.Row{{Key: []byte("zz")}})
+	}()
+
 	// A dead batch records nothing and says so.
 	_ = app.Close()
 	dead := app.NewBatch()
