@@ -176,6 +176,8 @@ func benchE2E(args []string) int {
 	confirmMs := fs.Int("confirm-ms", 5, "dual mode: the memory intake's confirm latency in ms")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the deliveries after the last post is answered")
 	dir := fs.String("dir", "", "parent of the run's data dir (default: the temp dir); the run's dir is removed after")
+	parked := fs.Int("parked", 0, "first park this many hooks on a second source whose sink refuses every attempt (0: none)")
+	settle := fs.Duration("parked-settle", 20*time.Second, "with -parked: the wait after parking them, before the measured run")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -186,8 +188,8 @@ func benchE2E(args []string) int {
 		fmt.Fprintf(os.Stderr, "ankusa bench e2e: unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
 		return 64
 	}
-	if *n <= 0 || *clients <= 0 || *body <= 0 || *conc <= 0 || *latency < 0 || *confirmMs < 0 || *timeout <= 0 {
-		fmt.Fprintln(os.Stderr, "ankusa bench e2e: -n, -c, -b, -dispatch-concurrency and -timeout must be > 0, -latency and -confirm-ms >= 0")
+	if *n <= 0 || *clients <= 0 || *body <= 0 || *conc <= 0 || *latency < 0 || *confirmMs < 0 || *timeout <= 0 || *parked < 0 || *settle < 0 {
+		fmt.Fprintln(os.Stderr, "ankusa bench e2e: -n, -c, -b, -dispatch-concurrency and -timeout must be > 0, -latency, -confirm-ms, -parked and -parked-settle >= 0")
 		return 64
 	}
 	modes, err := harness.ParseModes(*modeFlag)
@@ -199,11 +201,16 @@ func benchE2E(args []string) int {
 	if l == 0 {
 		l = -1 // harness.E2EOptions: negative means none, zero the default
 	}
+	ps := *settle
+	if ps == 0 {
+		ps = -1 // as -latency: negative means none, zero the default
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r, err := harness.RunE2E(ctx, harness.E2EOptions{
 		Hooks: *n, Clients: *clients, Latency: l, BodyBytes: *body, DispatchConcurrency: *conc,
 		Mode: modes[0], ConfirmMs: *confirmMs, Timeout: *timeout, DataDir: *dir, Out: os.Stdout,
+		Parked: *parked, ParkedSettle: ps,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ankusa bench e2e: %v\n", err)

@@ -23,6 +23,10 @@ type LocalSpec struct {
 	// HTTPSink, when set, replaces the sources with one source (verify
 	// none) delivering to one http sink at HTTPSink.URL.
 	HTTPSink *LocalHTTPSink
+	// MoreHTTPSinks are more sources (verify none), each delivering to its
+	// one http sink, beside HTTPSink's (only with HTTPSink) (bench e2e's parked backlog: a
+	// source whose sink refuses every attempt).
+	MoreHTTPSinks []LocalHTTPSink
 	// DispatchConcurrency is dispatch.concurrency (max_inflight raised to
 	// it if lower); 0 keeps the default.
 	DispatchConcurrency int
@@ -60,13 +64,14 @@ func NewLocal(spec LocalSpec, o Options) (*Instance, error) {
 		cfg.Retention.Delivered = config.Duration(spec.Retention)
 	}
 	if s := spec.HTTPSink; s != nil {
-		cfg.Sources = map[string]config.SourceConfig{
-			s.Source: {
+		cfg.Sources = map[string]config.SourceConfig{}
+		for _, s := range append([]LocalHTTPSink{*s}, spec.MoreHTTPSinks...) {
+			cfg.Sources[s.Source] = config.SourceConfig{
 				Verify: config.VerifyConfig{Type: "none"},
 				Sinks: []config.SinkConfig{{ID: s.Sink, Type: "http", HTTP: &config.HTTPSink{
 					URL: s.URL, TimeoutMs: s.TimeoutMs,
 				}}},
-			},
+			}
 		}
 	}
 	if c := spec.DispatchConcurrency; c > 0 {

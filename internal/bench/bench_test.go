@@ -313,6 +313,32 @@ func TestRunE2ESanity(t *testing.T) {
 	}
 }
 
+// With a parked backlog (E2EOptions.Parked) the run first parks its hooks
+// on a source whose sink refuses them, then measures the e2e source as
+// before: every e2e hook delivered, the parked ones left in the store.
+func TestRunE2EWithAParkedBacklog(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs an instance delivering to an HTTP receiver")
+	}
+	var out bytes.Buffer
+	r, err := RunE2E(context.Background(), E2EOptions{
+		Hooks: 200, Clients: 8, Latency: time.Millisecond, DataDir: t.TempDir(), Timeout: 30 * time.Second, Out: &out,
+		Parked: 100, ParkedSettle: -1,
+	})
+	PrintE2E(&out, r)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Parked != 100 || r.Acked != 200 || r.Delivered != 200 || r.Unknown != 0 || !r.OK() || !r.Reclaimed {
+		t.Errorf("parked %d, acked %d, delivered %d, unknown %d, ok %t, reclaimed %t; want 100, 200, 200, 0, true, true",
+			r.Parked, r.Acked, r.Delivered, r.Unknown, r.OK(), r.Reclaimed)
+	}
+	if !strings.Contains(out.String(), "parked:    100 hooks") {
+		t.Errorf("output lacks the parked line:\n%s", out.String())
+	}
+}
+
 func TestParseMetricsAndQuantile(t *testing.T) {
 	text := `# HELP x_seconds help
 # TYPE x_seconds histogram

@@ -24,6 +24,9 @@ import (
 const (
 	e2eSource = "e2e"
 	e2eSink   = "worker"
+	// The parked backlog's source and its sink, which refuses every attempt.
+	parkedSource = "parked"
+	parkedSink   = "dead"
 )
 
 // E2EOptions configure RunE2E. Zero values take the defaults in brackets.
@@ -46,6 +49,13 @@ type E2EOptions struct {
 	// Timeout bounds the wait for the last delivery after the last answer
 	// to a post [2m].
 	Timeout time.Duration
+	// Parked, when > 0, first posts that many hooks (same clients and
+	// bodies) to a second source whose one http sink refuses every
+	// attempt, so that its breaker parks them, and waits ParkedSettle
+	// [20s] before the measured run: the other source's delivery with a
+	// dead sink's backlog in the store (issue 14). 0: none.
+	Parked       int
+	ParkedSettle time.Duration
 	// DataDir is the parent of the run's data dir; empty means a temporary
 	// dir. The run's own dir is removed afterwards.
 	DataDir string
@@ -79,6 +89,11 @@ func (o *E2EOptions) fill() {
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Minute
 	}
+	if o.ParkedSettle < 0 {
+		o.ParkedSettle = 0
+	} else if o.ParkedSettle == 0 {
+		o.ParkedSettle = 20 * time.Second
+	}
 	if o.Out == nil {
 		o.Out = io.Discard
 	}
@@ -95,6 +110,10 @@ type E2EResult struct {
 	Latency             time.Duration
 	DispatchConcurrency int
 	Confirm             time.Duration // dual only
+	// Parked counts the parked source's hooks acked before the measured
+	// run (E2EOptions.Parked), ParkedTime how long posting them took.
+	Parked     uint64
+	ParkedTime time.Duration
 
 	// Acked counts 201 answers: the hooks that must be delivered.
 	Acked uint64
@@ -256,10 +275,17 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 		_ = rsrv.Shutdown(sctx)
 	}()
 
-	// The instance: one source, one HTTP sink.
+	// The instance: one source, one HTTP sink (and the parked source).
 	spec := instanceSpec(dir, o.Mode, o.ConfirmMs, DefaultRoles)
 	spec.HTTPSink = &app.LocalHTTPSink{Source: e2eSource, Sink: e2eSink, URL: "http://" + ln.Addr().String() + "/hook", TimeoutMs: 5000}
 	spec.DispatchConcurrency = o.DispatchConcurrency
+	if o.Parked > 0 {
+		refused, err := refusingAddr()
+		if err != nil {
+			return res, fmt.Errorf("bench e2e: %w", err)
+		}
+		spec.MoreHTTPSinks = []app.LocalHTTPSink{{Source: parkedSource, Sink: parkedSink, URL: "http://" + refused + "/hook", TimeoutMs: 5000}}
+	}
 	in, stop, err := startInstance(spec, o.Logger)
 	if err != nil {
 		return res, fmt.Errorf("bench e2e: %w", err)
@@ -286,6 +312,12 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+
+	if o.Parked > 0 {
+		if err := postParked(ctx, o, &res, client, in.CatchURL(parkedSource), body); err != nil {
+			return res, err
+		}
+	}
 
 	runtime.GC()
 	cpu0, okc0 := processCPU()
@@ -334,7 +366,7 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	defer tick.Stop()
 	for {
 		delivered := rc.distinct() >= len(acks)
-		if delivered && q.Stats().Hooks == 0 {
+		if delivered && q.Stats().Hooks <= res.Parked { // the parked hooks stay
 			res.Reclaimed = true
 			break
 		}
@@ -405,6 +437,62 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	return res, nil
 }
 
+// refusingAddr is a loopback address nothing listens on: a port just bound
+// and closed, so a connection to it is refused.
+func refusingAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := ln.Addr().String()
+	return addr, ln.Close()
+}
+
+// postParked posts o.Parked hooks to the parked source with o.Clients
+// closed-loop clients, then waits o.ParkedSettle: the sink's breaker opens
+// after its first failures and parks the rest, and Pebble settles the
+// load before the measured run. Every post must be acked.
+func postParked(ctx context.Context, o E2EOptions, res *E2EResult, client *http.Client, url string, body []byte) error {
+	fmt.Fprintf(o.Out, "parking %d hooks on source %q (its sink %q refuses every attempt)\n", o.Parked, parkedSource, parkedSink)
+	begin := time.Now()
+	var next atomic.Int64
+	workers := make([]e2eWorker, o.Clients)
+	acked := make([]uint64, o.Clients) // per worker: its acks are counted, not kept
+	var wg sync.WaitGroup
+	for i := range workers {
+		w := &workers[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil && next.Add(1) <= int64(o.Parked) {
+				w.post(ctx, client, url, body)
+				acked[i] += uint64(len(w.acks))
+				w.acks = w.acks[:0]
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var f Failures
+	for i := range workers {
+		res.Parked += acked[i]
+		f.add(&workers[i].Failures)
+	}
+	res.ParkedTime = time.Since(begin)
+	if f.Errors > 0 {
+		return fmt.Errorf("bench e2e: %d of %d parked posts failed (first: %s)", f.Errors, o.Parked, f.FirstError)
+	}
+	fmt.Fprintf(o.Out, "parked %d hooks in %s; settling %s\n", res.Parked, fmtSecs(res.ParkedTime), o.ParkedSettle)
+	select {
+	case <-time.After(o.ParkedSettle): // the backlog settles: a bench's wait, not a test's synchronisation
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
 // e2eWorker is one client's tallies; only its goroutine writes it.
 type e2eWorker struct {
 	acks []ack
@@ -452,6 +540,9 @@ func PrintE2E(w io.Writer, r E2EResult) {
 		fmt.Fprintf(w, " confirm=%s", fmtDur(r.Confirm))
 	}
 	fmt.Fprintln(w)
+	if r.Parked > 0 {
+		fmt.Fprintf(w, "  parked:    %d hooks of source %q due at a sink that refuses every attempt (posted in %s), in the store throughout\n", r.Parked, parkedSource, fmtSecs(r.ParkedTime))
+	}
 	fmt.Fprintf(w, "  ingest:    %d acked in %s = %.0f req/s; errors=%d", r.Acked, fmtSecs(r.IngestTime), r.IngestPerSec, r.Errors)
 	if r.Errors > 0 {
 		var parts []string

@@ -7,13 +7,12 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/sink"
@@ -70,12 +69,26 @@ func load(tb testing.TB, st *store.Store, first uint64, n int, src string, num u
 	}
 }
 
+// openBenchStore opens a store on the real disk as ankusa serve opens it:
+// with its 64 MiB memtable (internal/app), not Pebble's 4 MiB default,
+// which flushes and compacts sixteen times as often and made a large
+// store's cost look like the dispatcher's.
+func openBenchStore(tb testing.TB) *store.Store {
+	tb.Helper()
+	st, err := store.Open(store.Options{Dir: testutil.TempStoreDir(tb), Logger: quiet(), MemTableSize: 64 << 20})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // BenchmarkDeliverAndReclaim: b.N hooks due at one sink that takes them at
 // once; the dispatcher's CPU per hook from start to the last reclaim.
 func BenchmarkDeliverAndReclaim(b *testing.B) {
-	st := testutil.OpenStore(b, testutil.TempStoreDir(b), vfs.Default)
+	st := openBenchStore(b)
 	load(b, st, 1, b.N, "src", 0)
 	s := &countSink{}
 	var reclaimed atomic.Int64
@@ -100,7 +113,7 @@ func BenchmarkDeliverAndReclaim(b *testing.B) {
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/hook")
 }
 
-// BenchmarkParkedBacklog: parked hooks (200 000, or ANKUSA_BENCH_PARKED)
+// BenchmarkParkedBacklog: parked hooks (200 000, or ANKUSA_TEST_BENCH_PARKED)
 // due at a dead sink (its breaker
 // opens after 5 failures, 1 s cooldown, so a probe every second), then
 // b.N hooks of another source delivered. Reports the cores the idle
@@ -109,10 +122,10 @@ func BenchmarkDeliverAndReclaim(b *testing.B) {
 // of the other source's deliveries.
 func BenchmarkParkedBacklog(b *testing.B) {
 	parked := 200_000
-	if v, err := strconv.Atoi(os.Getenv("ANKUSA_BENCH_PARKED")); err == nil {
+	if v, err := strconv.Atoi(os.Getenv("ANKUSA_TEST_BENCH_PARKED")); err == nil {
 		parked = v // the backlog's size; 0 for the same run without one
 	}
-	st := testutil.OpenStore(b, testutil.TempStoreDir(b), vfs.Default)
+	st := openBenchStore(b)
 	load(b, st, 1, parked, "dead", 1)
 	dead, live := &countSink{fail: true}, &countSink{}
 	var reclaimed atomic.Int64
@@ -141,6 +154,18 @@ func BenchmarkParkedBacklog(b *testing.B) {
 	time.Sleep(5 * time.Second)
 	idle := float64(cpuNow()-cpu0) / float64(time.Since(t0))
 
+	// ANKUSA_TEST_BENCH_CPUPROFILE: a CPU profile of the other source's
+	// load and delivery alone (go test's -cpuprofile covers the setup too).
+	if f := os.Getenv("ANKUSA_TEST_BENCH_CPUPROFILE"); f != "" {
+		out, err := os.Create(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(out); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = out.Close() }()
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0, t0 = cpuNow(), time.Now()

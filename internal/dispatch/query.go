@@ -103,10 +103,11 @@ type Gauges struct {
 	ArchivedHooks, ArchiveErrors int64
 }
 
-// Gauges reads the queue gauges. Pending counts due rows (a scan: call it
-// at scrape time, not on a hot path).
+// Gauges reads the queue gauges. Pending is the store's due count, kept as
+// batches apply (store.DueRows: no walk, but after a store fault the first
+// read walks the due rows once); OldestDueAge is one seek.
 func (d *Dispatcher) Gauges() Gauges {
-	n, _ := d.st.CountDue()
+	n, _ := d.st.DueRows()
 	return Gauges{
 		Pending:      int64(n),
 		Inflight:     d.inflightGauge.Load(),

@@ -288,15 +288,16 @@ func (m *Metrics) Delivery(sinkID, result string, d time.Duration) {
 
 // WatchDispatch registers the delivery queue gauges, read at scrape time.
 func (m *Metrics) WatchDispatch(gauges func() dispatch.Gauges) {
-	// The gauges scan the store: a scrape during a store fault answers the
-	// last reading instead of hanging.
+	// The gauges read the store: a scrape during a store fault answers the
+	// last reading instead of hanging (none before the first).
 	lg := &lastGood[dispatch.Gauges]{fn: gauges}
 	m.reg.MustRegister(&dispatchCollector{gauges: lg.get})
 }
 
-// dispatchCollector reads the gauges once per scrape (they cost a scan).
+// dispatchCollector reads the gauges once per scrape (they read the
+// store). ok false: no reading yet, and no series is reported.
 type dispatchCollector struct {
-	gauges func() dispatch.Gauges
+	gauges func() (g dispatch.Gauges, ok bool)
 }
 
 var (
@@ -322,7 +323,10 @@ func (c *dispatchCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *dispatchCollector) Collect(ch chan<- prometheus.Metric) {
-	g := c.gauges()
+	g, ok := c.gauges()
+	if !ok {
+		return // absent, not 0: nothing was measured yet
+	}
 	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(g.Pending))
 	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(g.Inflight))
 	ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(g.Dead))

@@ -9,8 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/metrics"
 	"github.com/ankusa/ankusa/internal/queue"
+	ankutil "github.com/ankusa/ankusa/internal/testutil"
 )
 
 // contractSeries are the names CONTRACTS.md and the wiring promise.
@@ -206,4 +208,46 @@ func TestMetrics_WatchQueueTwicePanics(t *testing.T) {
 		}
 	}()
 	m.WatchQueue(f, d)
+}
+
+// A scrape that comes before the dispatch gauges' first reading finished
+// (the store is slow or stalled) reports none of them, not zeros: issue 14
+// found ankusa_queue_pending at 0 with a million rows due, because the
+// reading of the first scrape took longer than the scrape waits and the
+// zero value of a reading never made was answered instead. Once a reading
+// exists it is answered.
+func TestMetrics_DispatchGaugesAbsentUntilTheirFirstReading(t *testing.T) {
+	reg, m := newMetrics(t)
+	release := make(chan struct{})
+	m.WatchDispatch(func() dispatch.Gauges {
+		<-release
+		return dispatch.Gauges{Pending: 1_000_000, Dead: 3}
+	})
+	has := func(name string) (float64, bool) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatalf("gather: %v", err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetGauge().GetValue(), true
+			}
+		}
+		return 0, false
+	}
+	if v, ok := has("ankusa_queue_pending"); ok {
+		t.Fatalf("ankusa_queue_pending = %v before any reading was made, want the series absent", v)
+	}
+	close(release)
+	var pending float64
+	if !ankutil.Poll(5*time.Second, func() bool {
+		v, ok := has("ankusa_queue_pending")
+		pending = v
+		return ok
+	}) {
+		t.Fatal("ankusa_queue_pending never reported after the reading finished")
+	}
+	if pending != 1_000_000 {
+		t.Fatalf("ankusa_queue_pending = %v, want 1e6", pending)
+	}
 }

@@ -117,7 +117,8 @@ func (w *world) checkCounters(n *node) {
 	h, err1 := n.st.Count([]byte{store.PrefixHook})
 	d, err2 := n.st.Count([]byte{store.PrefixDelivery})
 	x, err3 := n.st.Count([]byte{store.PrefixDead})
-	if err1 != nil || err2 != nil || err3 != nil {
+	q, err4 := n.st.Count([]byte{store.PrefixDue})
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 		return
 	}
 	if s.Hooks != h || s.Deliveries != d {
@@ -125,6 +126,10 @@ func (w *world) checkCounters(n *node) {
 	}
 	if g := n.d.Gauges(); uint64(g.Dead) != x {
 		w.violate("7", "dead gauge %d, dead rows %d", g.Dead, x)
+	} else if uint64(g.Pending) != q {
+		// The store's due count (store.DueRows, kept by the batches) after
+		// every fault the schedule injected.
+		w.violate("7", "pending gauge %d, due rows %d", g.Pending, q)
 	}
 }
 

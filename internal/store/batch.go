@@ -20,12 +20,17 @@ import (
 //     was built from may be the very ones the fence just removed.
 //
 // The batch also notes the earliest due row it sets, so that a successful
-// apply can tell the dispatcher's scan about it (DueFloor).
+// apply can tell the dispatcher's scan about it (DueFloor), and how many due
+// rows it adds, so that the store's due count follows (duecount.go, C1).
 type Batch struct {
 	b      *pebble.Batch // nil for a dead batch
 	gen    uint64
 	err    error // non-nil for a dead batch
 	minDue int64 // earliest due key set (unix ms); math.MaxInt64 = none
+	// dueDelta is the due keys set minus the due keys deleted (C1);
+	// dueUnsure says some delete may name a row already gone (C2).
+	dueDelta  int64
+	dueUnsure bool
 }
 
 // Set records key → value. The options argument is ignored (it keeps
@@ -34,12 +39,16 @@ func (b *Batch) Set(key, value []byte, _ *pebble.WriteOptions) error {
 	if b.err != nil {
 		return b.err
 	}
+	if err := b.b.Set(key, value, nil); err != nil {
+		return err
+	}
 	if len(key) > 0 && key[0] == PrefixDue {
+		b.dueDelta++
 		if at, _, _, ok := ParseTimedKey(key); ok && at < b.minDue {
 			b.minDue = at
 		}
 	}
-	return b.b.Set(key, value, nil)
+	return nil
 }
 
 // Delete records the removal of key.
@@ -47,7 +56,13 @@ func (b *Batch) Delete(key []byte, _ *pebble.WriteOptions) error {
 	if b.err != nil {
 		return b.err
 	}
-	return b.b.Delete(key, nil)
+	if err := b.b.Delete(key, nil); err != nil {
+		return err
+	}
+	if len(key) > 0 && key[0] == PrefixDue {
+		b.dueDelta--
+	}
+	return nil
 }
 
 // Close releases the batch; safe on a dead batch and after Apply.

@@ -286,8 +286,11 @@ func (b *Batch) PutRows(rows []Row) error {
 }
 
 // DeleteRows removes rows that HookRows built: the fence undoes the groups
-// no fsync covered. It stops at the batch's first error.
+// no fsync covered. It stops at the batch's first error. The rows may be
+// gone already (the reopen before the cleanup kept what the WAL kept), so
+// the due count is recounted after its apply (duecount.go, C2).
 func (b *Batch) DeleteRows(rows []Row) error {
+	b.dueUnsure = true
 	for _, r := range rows {
 		if err := b.Delete(r.Key, nil); err != nil {
 			return err

@@ -74,6 +74,7 @@ type Store struct {
 
 	gen      uint64       // REQUIRES: mu; the DB generation, raised by every open
 	dueFloor atomic.Int64 // earliest due row applied since TakeDueFloor; MaxInt64 = none
+	due      dueCount     // the due rows of the open generation (duecount.go)
 }
 
 // fatalLogger is the Pebble logger of one DB generation.
@@ -118,6 +119,12 @@ func Open(opts Options) (*Store, error) {
 		return nil, err
 	}
 	if err := s.initMeta(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	// The due count lives in memory: counted once at boot (C2), so the
+	// first scrape answers at once.
+	if err := s.recountDue(); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
@@ -210,7 +217,16 @@ func (s *Store) apply(b *Batch, wo *pebble.WriteOptions) error {
 	if err := s.fatal.failed(); err != nil {
 		return err
 	}
+	s.due.mu.RLock()
 	err := s.db.Apply(b.b, wo)
+	if ferr := s.fatal.failed(); err != nil || ferr != nil || b.dueUnsure {
+		// Applied or not, and kept by the next generation or not: recount
+		// (C2).
+		s.due.markStale()
+	} else if b.dueDelta != 0 {
+		s.due.n.Add(b.dueDelta)
+	}
+	s.due.mu.RUnlock()
 	if b.minDue != math.MaxInt64 {
 		// Lowered even when the apply then reports a failure: a batch whose
 		// WAL sync failed may still have reached the log file, and after
@@ -322,6 +338,9 @@ func (s *Store) Reopen() error {
 		}
 		s.db, s.fatal = nil, nil
 	}
+	// The new generation holds what the WAL kept, not what was applied: the
+	// due count is walked again (C2), also if this open fails.
+	s.due.markStale()
 	if err := s.openLocked(); err != nil {
 		return err
 	}
