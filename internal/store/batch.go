@@ -128,7 +128,10 @@ func (s *Store) RenewBatch(b *Batch, size int) *Batch {
 			// over as a flushable (a large batch), and Reset keeps a buffer
 			// only while the commit pipeline holds no reference to it.
 			b.b.Reset()
-			b.minDue = math.MaxInt64
+			// Everything a batch notes of its rows starts over with them
+			// (the due count's C1: a delta kept across a renew counted the
+			// last group's due rows again at every apply).
+			b.minDue, b.dueDelta, b.dueUnsure = math.MaxInt64, 0, false
 			return b
 		}
 	}

@@ -170,6 +170,9 @@ func TestBatch_RenewBatch(t *testing.T) {
 	if _, ok := st.TakeDueFloor(); ok {
 		t.Fatal("a renewed batch still carried the due row of its last use")
 	}
+	if n, err := st.DueRows(); err != nil || n != 1 {
+		t.Fatalf("due count %d (err %v) after a renewed batch set no due row, want 1: the renew kept the last use's delta", n, err)
+	}
 	del := st.NewBatch()
 	_ = del.Delete([]byte("a"), nil)
 	if err := st.ApplySync(del); err != nil {
