@@ -186,6 +186,9 @@ type Dispatcher struct {
 	// store was failing): they are recorded again at the next loop turn.
 	// Their rows stay inflight meanwhile, so no scan claims them twice.
 	unrecorded []result
+	// finished holds results gathered for the next outcome batch (run:
+	// outcomeWait). Their rows are still inflight, as if still attempted.
+	finished []result
 	// low is the due-scan cursor (ms): the scan starts there, skipping the
 	// tombstones of claimed rows below it. Invariant D1: no due row the
 	// scan has not seen lies below it. New hooks keep it (the writer's due
@@ -361,12 +364,30 @@ func (d *Dispatcher) run(ctx context.Context) {
 	defer jobTick.Stop()
 	sweepTick := time.NewTicker(d.o.SweepInterval)
 	defer sweepTick.Stop()
+	// flush fires outcomeWait after the first result held in finished.
+	flush := time.NewTimer(time.Hour)
+	flush.Stop()
+	flushArmed := false
+	record := func() {
+		if flushArmed && !flush.Stop() {
+			<-flush.C
+		}
+		flushArmed = false
+		rs := d.finished
+		d.finished = nil
+		d.record(rs)
+	}
+	scan := true
+	var next time.Time
 	for {
 		if rs := d.unrecorded; len(rs) > 0 {
 			d.unrecorded = nil
 			d.record(rs)
 		}
-		next := d.scanAndClaim(ctx)
+		if scan {
+			next = d.scanAndClaim(ctx)
+		}
+		scan = true
 		wait := d.o.Poll
 		if !next.IsZero() {
 			wait = min(wait, max(next.Sub(d.o.Now()), time.Millisecond))
@@ -378,7 +399,22 @@ func (d *Dispatcher) run(ctx context.Context) {
 			d.drainResults()
 			return
 		case r := <-d.results:
-			d.record(append([]result{r}, d.takeResults()...))
+			d.finished = append(append(d.finished, r), d.takeResults()...)
+			if len(d.finished) < d.inflight && len(d.finished) < maxOutcomeBatch {
+				// Attempts are still running: their outcomes join this
+				// batch unless outcomeWait passes first. No claim was
+				// freed, so the next turn skips the scan.
+				if !flushArmed {
+					flush.Reset(outcomeWait)
+					flushArmed = true
+				}
+				scan = false
+				break
+			}
+			record()
+		case <-flush.C:
+			flushArmed = false
+			record()
 		case <-d.wake:
 		case <-timer.C:
 		case <-jobTick.C:
@@ -407,6 +443,7 @@ func (d *Dispatcher) run(ctx context.Context) {
 	}
 }
 
+// takeResults returns the results waiting on the channel.
 func (d *Dispatcher) takeResults() []result {
 	var rs []result
 	for {
@@ -419,11 +456,23 @@ func (d *Dispatcher) takeResults() []result {
 	}
 }
 
+// outcomeWait and maxOutcomeBatch bound how outcomes are gathered into one
+// batch: the loop records the finished attempts once every claimed one has
+// finished, maxOutcomeBatch have, or outcomeWait after the first. Recording
+// each result as it came cost one Pebble commit and one due scan per 1.5
+// hooks at C=64 (issue 14); the wait delays only the outcome's write (the
+// sink already has the hook), never an attempt.
+const (
+	outcomeWait     = time.Millisecond
+	maxOutcomeBatch = 512
+)
+
 // drainResults records the attempts that finished at shutdown; cancelled
 // ones keep their rows inflight, to be returned to due at the next start.
 func (d *Dispatcher) drainResults() {
 	// record leaves cancelled attempts' rows inflight.
-	if rs := d.takeResults(); len(rs) > 0 {
+	if rs := append(d.finished, d.takeResults()...); len(rs) > 0 {
+		d.finished = nil
 		d.record(rs)
 	}
 }
