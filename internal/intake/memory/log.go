@@ -95,6 +95,12 @@ type Log struct {
 	syncing bool       // a leader is in f.Sync, without mu
 	syncEnd *sync.Cond // on mu: broadcast when a leader's fsync returns
 
+	// frames recycles the encode buffers of PublishBatch (*frameBuf): a
+	// batch's frames are garbage once append has written them, and growing
+	// a fresh buffer per publish was a fifth of the dual commit's bytes
+	// per hook (issue 14).
+	frames sync.Pool
+
 	closed  atomic.Bool
 	ready   atomic.Bool
 	latency atomic.Int64 // time.Duration
@@ -219,10 +225,11 @@ func (l *Log) PublishBatch(ctx context.Context, recs []intake.Record) (intake.Po
 	if err := ctx.Err(); err != nil {
 		return -1, &intake.Error{Class: intake.Unavailable, Err: fmt.Errorf("publish: %w", err)}
 	}
-	buf, lens, err := l.encodeBatch(recs)
+	fb, err := l.encodeBatch(recs)
 	if err != nil {
 		return -1, err
 	}
+	defer l.recycle(fb)
 	// The latency runs from here, across the append and fsync below: it
 	// imitates a broker whose leader writes while it replicates, so a
 	// confirm costs max(write, latency), not their sum. Waiting it after
@@ -230,7 +237,7 @@ func (l *Log) PublishBatch(ctx context.Context, recs []intake.Record) (intake.Po
 	// own fsync plus the wait for the appends ahead of it, 7-9 ms under
 	// load, which no broker's confirm includes twice.
 	confirmAt := time.Now().Add(time.Duration(l.latency.Load()))
-	last, lostAck, err := l.append(buf, lens)
+	last, lostAck, err := l.append(fb.buf, fb.lens)
 	if err != nil {
 		return -1, err
 	}
@@ -251,14 +258,27 @@ func (l *Log) PublishBatch(ctx context.Context, recs []intake.Record) (intake.Po
 	return last, nil
 }
 
-// encodeBatch validates recs and encodes their frames into one buffer,
-// returning each frame's total length.
-func (l *Log) encodeBatch(recs []intake.Record) ([]byte, []int64, error) {
+// frameBuf is one batch's encoded frames and each frame's total length.
+type frameBuf struct {
+	buf  []byte
+	lens []int64
+}
+
+// maxPooledFrames: a larger encode buffer is dropped after its publish, so
+// one big batch does not pin its size in the pool.
+const maxPooledFrames = 1 << 20
+
+// encodeBatch validates recs and encodes their frames into one buffer from
+// the pool; the caller recycles it once the frames are written.
+func (l *Log) encodeBatch(recs []intake.Record) (*frameBuf, error) {
 	if len(recs) == 0 {
-		return nil, nil, intake.Errorf(intake.Permanent, "memory intake: empty batch")
+		return nil, intake.Errorf(intake.Permanent, "memory intake: empty batch")
 	}
-	var buf []byte
-	lens := make([]int64, 0, len(recs))
+	fb, _ := l.frames.Get().(*frameBuf)
+	if fb == nil {
+		fb = &frameBuf{}
+	}
+	fb.buf, fb.lens = fb.buf[:0], fb.lens[:0]
 	for i := range recs {
 		r := &recs[i]
 		var missing []string
@@ -268,17 +288,27 @@ func (l *Log) encodeBatch(recs []intake.Record) ([]byte, []int64, error) {
 			}
 		}
 		if len(missing) > 0 {
-			return nil, nil, intake.Errorf(intake.Permanent, "memory intake: record %d (seq %d): empty %s", i, r.Seq, strings.Join(missing, ", "))
+			l.recycle(fb)
+			return nil, intake.Errorf(intake.Permanent, "memory intake: record %d (seq %d): empty %s", i, r.Seq, strings.Join(missing, ", "))
 		}
-		before := len(buf)
+		before := len(fb.buf)
 		var n int
-		buf, n = appendFrame(buf, r)
+		fb.buf, n = appendFrame(fb.buf, r)
 		if int64(n) > l.maxRecord {
-			return nil, nil, intake.Errorf(intake.Permanent, "memory intake: record %d (seq %d) is %d bytes, over %d: %w", i, r.Seq, n, l.maxRecord, ErrTooLarge)
+			l.recycle(fb)
+			return nil, intake.Errorf(intake.Permanent, "memory intake: record %d (seq %d) is %d bytes, over %d: %w", i, r.Seq, n, l.maxRecord, ErrTooLarge)
 		}
-		lens = append(lens, int64(len(buf)-before))
+		fb.lens = append(fb.lens, int64(len(fb.buf)-before))
 	}
-	return buf, lens, nil
+	return fb, nil
+}
+
+// recycle returns fb to the pool. REQUIRES: nothing reads fb any more
+// (append copies the frames into the file and wlens before it returns).
+func (l *Log) recycle(fb *frameBuf) {
+	if cap(fb.buf) <= maxPooledFrames {
+		l.frames.Put(fb)
+	}
 }
 
 // append writes buf (the frames of one batch, of lengths lens) past the
