@@ -17,7 +17,7 @@ type pendingEntry struct {
 	dedupe  string // the u-key, "" without dedupe
 	rec     intake.Record
 	rows    []store.Row // its local half, kept so complete-local re-applies exactly what the commit wrote
-	size    int64
+	size    int64       // every row's key and value: rows[0].Value is rec.Value, counted once
 	firstAt time.Time
 	// floor is completePos when the record was added: every position the
 	// log may give any copy of it is above floor, since each record
@@ -57,11 +57,43 @@ func newPendingSet(maxRecs int, maxBytes int64) *pendingSet {
 	}
 }
 
-// room reports whether n more records of size bytes fit.
-func (p *pendingSet) room(n int, size int64) bool {
+// room reports whether n more records of size bytes (the sum of their
+// pendingCost) fit; own is the last record's size as the record limit
+// counts it (item.size + envelopeOverhead). An empty set admits one record
+// whose own size fits, whatever its estimate adds: the config rule
+// max_bytes >= max_record_bytes promises that a record of the largest size
+// fits an empty set, which the estimate's allowance for the other rows
+// would otherwise break.
+func (p *pendingSet) room(n int, size, own int64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.bySeq)+n <= p.maxRecs && p.bytes+size <= p.maxBytes
+	if len(p.bySeq)+n > p.maxRecs {
+		return false
+	}
+	return p.bytes+size <= p.maxBytes || (len(p.bySeq) == 0 && n == 1 && own <= p.maxBytes)
+}
+
+// pendingRowBytes is what the room check reckons for each row of a hook
+// besides its envelope (a key, and a delivery row's value), as batchSize
+// does.
+const pendingRowBytes = 64
+
+// pendingCost bounds what a record will hold in the pending set, before its
+// rows exist (the check runs before any seq is given): the envelope once —
+// one slice is the hook row's value and the log record's Value alike — and
+// the other rows. It is at least the entry's size, the exact count
+// (TestPendingCost_BoundsTheEntry), so the set stays within max_bytes.
+func pendingCost(it *item) int64 {
+	r := it.rec
+	n := it.size + envelopeOverhead + int64(len(r.Tenant)+len(r.Source))
+	n += pendingRowBytes*int64(4+2*len(r.Sinks)) + int64(2*(len(r.Tenant)+len(r.Source)))
+	for _, sk := range r.Sinks {
+		n += int64(len(sk.ID)) // in its delivery row's value
+	}
+	if r.DedupeKey != "" {
+		n += 2*pendingRowBytes + int64(2*(len(r.Tenant)+len(r.Source)+len(r.DedupeKey)))
+	}
+	return n
 }
 
 // claim is what an unconfirmed original means for a retry of its dedupe key.

@@ -422,7 +422,7 @@ func (w *writer) refuseDual(g *commitGroup, it *item) bool {
 		w.b.answer(it, outcome{err: w.dual.unavailable})
 		return true
 	}
-	if !w.dual.pending.room(len(g.entries)+1, g.bytes+2*it.size) {
+	if !w.dual.pending.room(len(g.entries)+1, g.bytes+pendingCost(it), it.size+envelopeOverhead) {
 		w.dual.obs.IntakeRefused("backlog")
 		w.b.answer(it, outcome{err: w.dual.unavailable})
 		return true
@@ -493,7 +493,7 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 	}
 	g.sinks += uint64(len(r.Sinks))
 	g.replies = append(g.replies, pendingReply{it: it, res: Result{ID: it.id, Seq: seq}, need: seq})
-	g.bytes += 2 * it.size
+	g.bytes += pendingCost(it)
 	if g.dual {
 		val := rows[0].Value
 		e := &pendingEntry{
@@ -503,10 +503,10 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 				Incarnation: w.dual.incarnation, Tenant: r.Tenant, Source: r.Source, Value: val,
 			},
 		}
+		// rows[0].Value is val, the record's Value too: counted once.
 		for _, o := range rows {
 			e.size += int64(len(o.Key) + len(o.Value))
 		}
-		e.size += int64(len(val))
 		g.entries = append(g.entries, e)
 	}
 }
