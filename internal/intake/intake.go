@@ -143,7 +143,11 @@ type Intake interface {
 	// lost ack); readers dedupe by (node, seq) and hook id. ctx bounds the
 	// attempt (intake.publish_timeout_ms). A record the log can never take
 	// (larger than its size limit) fails the whole batch Permanent before
-	// anything is written.
+	// anything is written. recs is the caller's again once the call returns
+	// (the queue's publishers reuse the slice for their next batch): an
+	// adapter keeps no reference to it, though it may go on sending a
+	// Value's bytes after a timeout, which is why the caller never changes
+	// or reuses those.
 	PublishBatch(ctx context.Context, recs []Record) (Position, error)
 	// Replay calls fn for each record of this node after position from
 	// (exclusive), in log order, until the current end. The adapter filters

@@ -22,6 +22,7 @@ type dualGroup struct {
 	d       *dualState
 	replies []pendingReply
 	entries []*pendingEntry // parallel to replies; nil for an in-group duplicate
+	recs    int             // the non-nil entries: the records it publishes
 
 	mu               sync.Mutex
 	localIn, logIn   bool
@@ -32,16 +33,8 @@ type dualGroup struct {
 // begin registers the group's entries and starts its publish.
 func (d *dualState) begin(replies []pendingReply, entries []*pendingEntry) *dualGroup {
 	g := &dualGroup{d: d, replies: replies, entries: entries}
-	var recs []intake.Record
-	var live []*pendingEntry
-	for _, e := range entries {
-		if e != nil {
-			recs = append(recs, e.rec)
-			live = append(live, e)
-		}
-	}
-	d.pending.add(live)
-	d.pub.submit(pubJob{g: g, recs: recs})
+	g.recs = d.pending.add(entries)
+	d.pub.submit(g)
 	return g
 }
 

@@ -143,10 +143,17 @@ func (p *pendingSet) claimLocked(e *pendingEntry, now time.Time, deadline time.D
 	}
 }
 
-func (p *pendingSet) add(es []*pendingEntry) {
+// add registers es, skipping nil (an in-group duplicate's slot), and
+// returns how many it registered.
+func (p *pendingSet) add(es []*pendingEntry) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	n := 0
 	for _, e := range es {
+		if e == nil {
+			continue
+		}
+		n++
 		e.floor = p.completePos
 		p.bySeq[e.seq] = e
 		p.byID[e.id] = e
@@ -155,6 +162,7 @@ func (p *pendingSet) add(es []*pendingEntry) {
 		}
 		p.bytes += e.size
 	}
+	return n
 }
 
 // removeLocked drops a complete entry. REQUIRES: p.mu held.
