@@ -19,10 +19,10 @@ type pendingReply struct {
 // handoff is what the writer gives the syncer after applying a group.
 type handoff struct {
 	replies []pendingReply
-	// onLocal, under dual, receives the local half's outcome instead of the
-	// replies being answered: the group's join answers once the log's half
-	// is in too.
-	onLocal func(error)
+	// join, under dual, receives the local half's outcome instead of the
+	// replies being answered: it answers once the log's half is in too. (A
+	// pointer, not a method value: that was an allocation per group.)
+	join *dualGroup
 	// committed are the group's new hooks, for Options.OnCommitted once
 	// the fsync covering them returned.
 	committed []store.Committed
@@ -167,14 +167,14 @@ func (s *syncer) run() {
 func (s *syncer) answerAll(batch []handoff, err error) {
 	d := s.durable.Load()
 	for _, h := range batch {
-		if h.onLocal != nil {
+		if h.join != nil {
 			lerr := err
 			for _, r := range h.replies {
 				if lerr == nil && r.need > d {
 					lerr = fmt.Errorf("%w: seq %d not durable (durable %d)", ErrStoreUnavailable, r.need, d)
 				}
 			}
-			h.onLocal(lerr)
+			h.join.local(lerr)
 			continue
 		}
 		if err == nil && len(h.committed) > 0 && s.opts.OnCommitted != nil && h.committed[len(h.committed)-1].Seq <= d {

@@ -560,7 +560,7 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 	w.opts.Observer.Group(records, written, time.Since(g.start))
 	switch {
 	case join != nil:
-		w.s.submit(handoff{replies: g.replies, onLocal: join.local})
+		w.s.submit(handoff{replies: g.replies, join: join})
 	case len(g.replies) > 0:
 		w.s.submit(handoff{replies: g.replies, committed: g.committed})
 	}
