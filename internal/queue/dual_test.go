@@ -32,6 +32,12 @@ type dualEnv struct {
 
 func newDual(t *testing.T, mod func(*queue.DualOptions)) *dualEnv {
 	t.Helper()
+	return newDualWith(t, mod, nil)
+}
+
+// newDualWith is newDual with the queue's own options changed by qmod.
+func newDualWith(t *testing.T, mod func(*queue.DualOptions), qmod func(*queue.Options)) *dualEnv {
+	t.Helper()
 	gate := testutil.NewWALSyncGate()
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
 	lg, err := memory.Open(memory.Options{Dir: filepath.Join(t.TempDir(), "intake"), Node: "node-a", Logger: testutil.Logger(t)})
@@ -47,7 +53,11 @@ func newDual(t *testing.T, mod func(*queue.DualOptions)) *dualEnv {
 		mod(d)
 	}
 	sig := newGroupSignal()
-	q := testutil.StartQueue(t, st, queue.Options{Dual: d, Observer: sig})
+	qo := queue.Options{Dual: d, Observer: sig}
+	if qmod != nil {
+		qmod(&qo)
+	}
+	q := testutil.StartQueue(t, st, qo)
 	// Registered after the queue, so it runs first: a failing test never
 	// leaves the syncer held or a publish hung.
 	t.Cleanup(func() { gate.ReleaseAll(); lg.Unhang() })

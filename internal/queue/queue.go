@@ -128,12 +128,14 @@ type Options struct {
 	// OnDurable is called (on the syncer goroutine; it must not block) each
 	// time durable_seq rises, so dispatch wakes on commits instead of polling.
 	OnDurable func()
-	// OnCommitted, when set, receives the new hooks of each disk-mode group
-	// once the fsync that covers them returned (on the syncer goroutine,
-	// before OnDurable; it must not block and may keep the slice): what
-	// dispatch needs to deliver them without reading their rows back.
-	// Never called for a group that was not made durable (ack rule 1), nor
-	// under dual (whose local rows are written by complete-local).
+	// OnCommitted, when set, receives the new hooks of each group once the
+	// fsync that covers them returned (on the syncer goroutine, before
+	// OnDurable; it must not block and may keep the slice): what dispatch
+	// needs to deliver them without reading their rows back. Never called
+	// for a group that was not made durable (ack rule 1). Under dual that
+	// is the local half, whatever the log answers (the due scan delivers
+	// such a hook as well); a record whose local half failed is written
+	// later by complete-local and never handed over.
 	OnCommitted func([]store.Committed)
 	// Dual, when set, makes every group a dual commit (wal.type: dual).
 	Dual *DualOptions

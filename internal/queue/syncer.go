@@ -167,6 +167,13 @@ func (s *syncer) run() {
 func (s *syncer) answerAll(batch []handoff, err error) {
 	d := s.durable.Load()
 	for _, h := range batch {
+		if err == nil && len(h.committed) > 0 && s.opts.OnCommitted != nil && h.committed[len(h.committed)-1].Seq <= d {
+			// Before the replies: a hook is in dispatch's hands before its
+			// caller hears 201 (the due scan would find it anyway). Under
+			// dual before the join too: the local half is durable whatever
+			// the log answers, and the due scan would deliver it as well.
+			s.opts.OnCommitted(h.committed)
+		}
 		if h.join != nil {
 			lerr := err
 			for _, r := range h.replies {
@@ -176,11 +183,6 @@ func (s *syncer) answerAll(batch []handoff, err error) {
 			}
 			h.join.local(lerr)
 			continue
-		}
-		if err == nil && len(h.committed) > 0 && s.opts.OnCommitted != nil && h.committed[len(h.committed)-1].Seq <= d {
-			// Before the replies: a hook is in dispatch's hands before its
-			// caller hears 201 (the due scan would find it anyway).
-			s.opts.OnCommitted(h.committed)
 		}
 		for _, r := range h.replies {
 			switch {

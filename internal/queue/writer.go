@@ -240,8 +240,8 @@ type commitGroup struct {
 	bytes    int64               // dual: what the group adds to the pending set
 	firstSeq uint64
 	sinks    uint64 // delivery rows written
-	// committed: the new hooks handed to dispatch once durable (disk mode
-	// with Options.OnCommitted set).
+	// committed: the new hooks handed to dispatch once durable (with
+	// Options.OnCommitted set).
 	committed []store.Committed
 	start     time.Time
 }
@@ -479,14 +479,20 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 		g.rows, _ = g.batch.AppendHookValue(g.rows, &g.arena, h) // a dead batch fails the apply
 		rows = g.rows[first:]
 	}
-	if !g.dual && w.opts.OnCommitted != nil {
+	if w.opts.OnCommitted != nil {
 		// Dispatch takes new hooks from memory: a value up to
 		// maxHandedValue is encoded once more into a buffer of its own,
 		// handed over with the hook, so its first delivery reads nothing
 		// back (the Get it saves allocated as much). Larger ones are read
-		// back, so memory held for delivery stays bounded per hook.
+		// back, so memory held for delivery stays bounded per hook. Under
+		// dual the record's own encoding is handed as it is: it is never
+		// changed, and is held for the log and complete-local anyway.
 		c := store.Committed{Seq: seq, DueAtMs: dueAt, Size: uint32(len(r.Body)), Sinks: r.Sinks}
-		if store.EnvelopeSize(env) <= maxHandedValue {
+		switch {
+		case store.EnvelopeSize(env) > maxHandedValue:
+		case g.dual:
+			c.Value = rows[0].Value
+		default:
 			c.Value = store.EncodeEnvelope(env)
 		}
 		g.committed = append(g.committed, c)
@@ -560,7 +566,7 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 	w.opts.Observer.Group(records, written, time.Since(g.start))
 	switch {
 	case join != nil:
-		w.s.submit(handoff{replies: g.replies, join: join})
+		w.s.submit(handoff{replies: g.replies, join: join, committed: g.committed})
 	case len(g.replies) > 0:
 		w.s.submit(handoff{replies: g.replies, committed: g.committed})
 	}
