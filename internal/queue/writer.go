@@ -499,8 +499,8 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 	}
 	g.sinks += uint64(len(r.Sinks))
 	g.replies = append(g.replies, pendingReply{it: it, res: Result{ID: it.id, Seq: seq}, need: seq})
-	g.bytes += pendingCost(it)
 	if g.dual {
+		g.bytes += pendingCost(it)
 		val := rows[0].Value
 		e := &pendingEntry{
 			seq: seq, id: it.id, dedupe: string(uk), rows: rows, firstAt: g.now, inflight: true,
