@@ -324,20 +324,8 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	busy0, okb0 := hostBusy()
 	begin := time.Now()
 
-	var next atomic.Int64
 	workers := make([]e2eWorker, o.Clients)
-	var wg sync.WaitGroup
-	for i := range workers {
-		w := &workers[i]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil && next.Add(1) <= int64(o.Hooks) {
-				w.post(ctx, client, url, body)
-			}
-		}()
-	}
-	wg.Wait()
+	postAll(ctx, workers, o.Hooks, func(_ int, w *e2eWorker) { w.post(ctx, client, url, body) })
 	ingestEnd := time.Now()
 	if err := ctx.Err(); err != nil {
 		return res, err
@@ -455,23 +443,13 @@ func refusingAddr() (string, error) {
 func postParked(ctx context.Context, o E2EOptions, res *E2EResult, client *http.Client, url string, body []byte) error {
 	fmt.Fprintf(o.Out, "parking %d hooks on source %q (its sink %q refuses every attempt)\n", o.Parked, parkedSource, parkedSink)
 	begin := time.Now()
-	var next atomic.Int64
 	workers := make([]e2eWorker, o.Clients)
 	acked := make([]uint64, o.Clients) // per worker: its acks are counted, not kept
-	var wg sync.WaitGroup
-	for i := range workers {
-		w := &workers[i]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil && next.Add(1) <= int64(o.Parked) {
-				w.post(ctx, client, url, body)
-				acked[i] += uint64(len(w.acks))
-				w.acks = w.acks[:0]
-			}
-		}()
-	}
-	wg.Wait()
+	postAll(ctx, workers, o.Parked, func(i int, w *e2eWorker) {
+		w.post(ctx, client, url, body)
+		acked[i] += uint64(len(w.acks))
+		w.acks = w.acks[:0]
+	})
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -601,4 +579,21 @@ func PrintE2E(w io.Writer, r E2EResult) {
 // fmtSecs prints a duration in seconds with ms precision.
 func fmtSecs(d time.Duration) string {
 	return fmt.Sprintf("%.3fs", d.Seconds())
+}
+
+// postAll runs one closed-loop client per worker until n posts were made
+// in all (or ctx ends), each post by post(i, &workers[i]), and waits.
+func postAll(ctx context.Context, workers []e2eWorker, n int, post func(i int, w *e2eWorker)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil && next.Add(1) <= int64(n) {
+				post(i, &workers[i])
+			}
+		}()
+	}
+	wg.Wait()
 }

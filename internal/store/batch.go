@@ -88,6 +88,16 @@ func (s *Store) NewBatch() *Batch { return s.NewBatchSized(0) }
 // bodies the doublings allocated 2.7 times the bodies' bytes). A size of 0
 // reserves nothing beyond Pebble's default.
 func (s *Store) NewBatchSized(size int) *Batch {
+	return s.newBatch(func(db *pebble.DB) *pebble.Batch {
+		if size > 0 {
+			return db.NewBatchWithSize(size)
+		}
+		return db.NewBatch()
+	})
+}
+
+// newBatch is a batch mk makes on the open generation, or a dead one.
+func (s *Store) newBatch(mk func(*pebble.DB) *pebble.Batch) *Batch {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	switch {
@@ -96,10 +106,7 @@ func (s *Store) NewBatchSized(size int) *Batch {
 	case s.db == nil:
 		return &Batch{err: fmt.Errorf("%w: no open store generation (the last reopen failed)", ErrFailed)}
 	}
-	if size > 0 {
-		return &Batch{b: s.db.NewBatchWithSize(size), gen: s.gen, minDue: math.MaxInt64}
-	}
-	return &Batch{b: s.db.NewBatch(), gen: s.gen, minDue: math.MaxInt64}
+	return &Batch{b: mk(s.db), gen: s.gen, minDue: math.MaxInt64}
 }
 
 // maxRenewedBatch is the largest buffer RenewBatch keeps for the next
@@ -138,15 +145,9 @@ func (s *Store) RenewBatch(b *Batch, size int) *Batch {
 	if b != nil {
 		_ = b.Close()
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	switch {
-	case s.closed:
-		return &Batch{err: ErrClosed}
-	case s.db == nil:
-		return &Batch{err: fmt.Errorf("%w: no open store generation (the last reopen failed)", ErrFailed)}
-	}
-	return &Batch{b: s.db.NewBatchWithSize(size, pebble.WithMaxRetainedSizeBytes(maxRenewedBatch)), gen: s.gen, minDue: math.MaxInt64}
+	return s.newBatch(func(db *pebble.DB) *pebble.Batch {
+		return db.NewBatchWithSize(size, pebble.WithMaxRetainedSizeBytes(maxRenewedBatch))
+	})
 }
 
 // lowerDueFloor keeps the due floor at or below at. Called after an apply
