@@ -332,8 +332,53 @@ func (c *Cluster) CreateStream(tb testing.TB, cfg natsjs.StreamConfig) natsjs.St
 		// A publish right after the create can find no stream leader yet
 		// ("no response from stream"): wait for the leader and replicas.
 		c.WaitStreamLeader(tb, cfg.Name)
+	} else {
+		// An R1 stream lives on one server; a publish through another one
+		// right after the create can arrive before the stream's interest
+		// reached it over the routes, and nothing answers (seen as a flaky
+		// TestIntake_ErrorClasses: not_found instead of permanent).
+		c.waitInterest(tb, cfg)
 	}
 	return st.CachedInfo().Config
+}
+
+// waitInterest waits until every running embedded server routes each of
+// cfg's subjects (a literal instance of it) to the stream.
+func (c *Cluster) waitInterest(tb testing.TB, cfg natsjs.StreamConfig) {
+	tb.Helper()
+	if c.bin != "" {
+		return // process mode: no server to ask in process
+	}
+	testutil.Eventually(tb, Timeout, "stream "+cfg.Name+"'s subjects to reach every server", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, s := range c.servers {
+			if s == nil {
+				continue
+			}
+			acc, err := s.LookupAccount(server.DEFAULT_GLOBAL_ACCOUNT)
+			if err != nil {
+				return false
+			}
+			for _, subj := range cfg.Subjects {
+				if !acc.SubscriptionInterest(literal(subj)) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// literal is one subject subj matches: every wildcard token made "x".
+func literal(subj string) string {
+	toks := strings.Split(subj, ".")
+	for i, t := range toks {
+		if t == "*" || t == ">" {
+			toks[i] = "x"
+		}
+	}
+	return strings.Join(toks, ".")
 }
 
 // Info reads a stream's info with the admin client.
