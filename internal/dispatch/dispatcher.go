@@ -176,8 +176,8 @@ type Dispatcher struct {
 
 	wake    chan struct{} // capacity 1
 	results chan result
-	sem     chan struct{}
-	cmds    chan func() // run on the loop goroutine (replay job changes)
+	work    chan claimed // claims for the workers; capacity MaxInflight
+	cmds    chan func()  // run on the loop goroutine (replay job changes)
 
 	// owned by the run goroutine
 	inflight      int
@@ -284,7 +284,7 @@ func New(st *store.Store, o Options) *Dispatcher {
 		o: o, st: st, log: o.Logger.With("component", "dispatch"),
 		wake:     make(chan struct{}, 1),
 		results:  make(chan result, o.MaxInflight),
-		sem:      make(chan struct{}, o.Concurrency),
+		work:     make(chan claimed, o.MaxInflight),
 		cmds:     make(chan func()),
 		breakers: make(map[uint16]*breaker),
 		parked:   make(map[uint16]int64),
@@ -330,6 +330,10 @@ func (d *Dispatcher) Start() error {
 	d.started.Store(true)
 	d.offLoop.Unlock()
 	d.hot.open.Store(true)
+	for range d.o.Concurrency {
+		d.workers.Add(1)
+		go d.worker(ctx)
+	}
 	go func() {
 		defer close(d.done)
 		d.run(ctx)
@@ -396,6 +400,7 @@ func (d *Dispatcher) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			d.workers.Wait()
+			d.cancelUnstarted(ctx.Err())
 			d.drainResults()
 			return
 		case r := <-d.results:

@@ -60,7 +60,10 @@ func (d *Dispatcher) record(rs []result) {
 		dur            time.Duration
 	}
 	outs := make([]outcome, 0, len(rs))
-	var delivered []result
+	// Sized for every result, so that done may point into it; and r below
+	// is a copy that does not escape (rs stays as it came: a failed write
+	// records rs again).
+	delivered := make([]result, 0, len(rs))
 	// done: rows this batch marks delivered, not yet visible in the store.
 	done := map[rowRef]*store.Delivery{}
 	dead := 0
@@ -87,7 +90,7 @@ func (d *Dispatcher) record(rs []result) {
 			store.MarkDelivered(&dl, nowMs)
 			r.c.delivery = dl
 			delivered = append(delivered, r)
-			done[rowRef{c.seq, c.num}] = &r.c.delivery
+			done[rowRef{c.seq, c.num}] = &delivered[len(delivered)-1].c.delivery
 			outs = append(outs, outcome{dl.SinkID, "delivered", r.dur})
 			continue
 		}
@@ -203,28 +206,39 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 		// delete.
 		want, seen int
 	}
-	hs := make(map[uint64]*hookState, len(delivered))
+	// One array of states for the batch, not an allocation per hook.
+	states := make([]hookState, 0, len(delivered))
+	at := make(map[uint64]int, len(delivered))
 	seqs := make([]uint64, 0, len(delivered))
 	for _, r := range delivered {
-		if hs[r.c.seq] == nil {
-			hs[r.c.seq] = &hookState{ref: r.hook, size: int64(r.c.delivery.Size), all: true, plain: true, deliveredAt: nowMs}
+		i, ok := at[r.c.seq]
+		if !ok {
+			i = len(states)
+			at[r.c.seq] = i
+			states = append(states, hookState{ref: r.hook, size: int64(r.c.delivery.Size), all: true, plain: true, deliveredAt: nowMs})
 			seqs = append(seqs, r.c.seq)
 		}
-		hs[r.c.seq].want++
+		states[i].want++
 	}
+	hs := func(seq uint64) *hookState { return &states[at[seq]] }
 	slices.Sort(seqs)
 	// The hooks the hot cache holds need no scan: it lists their sinks
 	// and which of them were delivered before (H1).
 	scan := seqs[:0:0]
+	var sinkBuf []store.SinkAttempts
 	for _, seq := range seqs {
-		h := hs[seq]
+		h := hs(seq)
 		e := d.hot.lookup(seq)
 		if e == nil || h.ref.Seq != seq {
 			scan = append(scan, seq)
 			continue
 		}
 		all, seen := true, 0
-		sinks := make([]store.SinkAttempts, 0, len(e.c.Sinks))
+		// Cut from one array for the batch.
+		if cap(sinkBuf)-len(sinkBuf) < len(e.c.Sinks) {
+			sinkBuf = make([]store.SinkAttempts, 0, max(2*len(delivered), len(e.c.Sinks)))
+		}
+		sinks := sinkBuf[len(sinkBuf):len(sinkBuf):len(sinkBuf)+len(e.c.Sinks)]
 		for i, s := range e.c.Sinks {
 			if dl := done[rowRef{seq, s.Num}]; dl != nil {
 				seen++
@@ -245,11 +259,12 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 			scan = append(scan, seq)
 			continue
 		}
+		sinkBuf = sinkBuf[:len(sinkBuf)+len(sinks)]
 		h.all, h.seen, h.sinks = all, seen, sinks
 		h.deliveredAt = max(h.deliveredAt, e.deliveredAt)
 	}
 	err := d.st.ScanDeliveriesOf(scan, func(seq uint64, num uint16, v []byte) bool {
-		h := hs[seq]
+		h := hs(seq)
 		dl := done[rowRef{seq, num}]
 		if dl == nil {
 			var err error
@@ -275,7 +290,7 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 	removed = map[uint64]bool{}
 	var plain []store.DeliveredHook
 	for _, seq := range seqs {
-		h := hs[seq]
+		h := hs(seq)
 		if !h.all || h.seen != h.want {
 			continue
 		}

@@ -74,8 +74,7 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 	}
 	d.inflightGauge.Store(int64(d.inflight))
 	for _, c := range claims {
-		d.workers.Add(1)
-		go d.attempt(ctx, c)
+		d.work <- c // never blocks: it holds up to MaxInflight, as many as may be claimed
 	}
 	// More may be due right now: come back at once.
 	return now
@@ -338,19 +337,39 @@ func (d *Dispatcher) settle(p *pass) {
 	d.low = p.low
 }
 
-// attempt runs one delivery on a worker and reports its result.
-func (d *Dispatcher) attempt(ctx context.Context, c claimed) {
+// worker is one of the Concurrency delivery workers: it runs the claimed
+// attempts until ctx ends. (A goroutine per claim cost a closure and a
+// goroutine start per delivery.)
+func (d *Dispatcher) worker(ctx context.Context) {
 	defer d.workers.Done()
-	select {
-	case d.sem <- struct{}{}:
-	case <-ctx.Done():
-		d.results <- result{c: c, err: ctx.Err()}
-		return
+	for {
+		select {
+		case c := <-d.work:
+			d.attempt(ctx, c)
+		case <-ctx.Done():
+			return
+		}
 	}
-	defer func() { <-d.sem }()
+}
+
+// attempt runs one delivery and reports its result.
+func (d *Dispatcher) attempt(ctx context.Context, c claimed) {
 	start := d.o.Now()
 	hook, err := d.deliverOne(ctx, c)
 	d.results <- result{c: c, hook: hook, err: err, dur: d.o.Now().Sub(start)}
+}
+
+// cancelUnstarted answers the claims no worker took before the loop
+// stopped: cancelled, so their rows stay inflight for the next start.
+func (d *Dispatcher) cancelUnstarted(err error) {
+	for {
+		select {
+		case c := <-d.work:
+			d.results <- result{c: c, err: err}
+		default:
+			return
+		}
+	}
 }
 
 var errNoTarget = errors.New("sink is no longer configured")
@@ -372,8 +391,8 @@ func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) (store.HookRef, 
 	}
 	// v is Get's own copy or the commit path's (hot.go), never written
 	// again: the message's body is a slice of it, not a third copy.
-	env, err := store.DecodeEnvelopeAliasBody(v)
-	if err != nil {
+	var env store.Envelope
+	if err := store.DecodeEnvelopeAliasBodyInto(&env, v); err != nil {
 		return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))
 	}
 	ref := store.HookRef{Seq: c.seq, ID: env.ID, Tenant: env.Tenant, Source: env.Source}
@@ -386,7 +405,7 @@ func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) (store.HookRef, 
 	}
 	actx, cancel := context.WithTimeout(ctx, d.o.AttemptTimeout)
 	defer cancel()
-	err = t.Sink.Deliver(actx, m)
+	err := t.Sink.Deliver(actx, m)
 	if err != nil && actx.Err() != nil && ctx.Err() == nil {
 		err = fmt.Errorf("attempt timed out after %s: %w", d.o.AttemptTimeout, err)
 	}

@@ -229,25 +229,42 @@ func lenField(n int) int { return (bits.Len64(uint64(n)|1)+6)/7 + n }
 // DecodeEnvelope decodes an h value. The result shares no memory with b
 // (values read during a scan live in buffers Pebble reuses): the strings
 // come from one allocation, the body from another.
-func DecodeEnvelope(b []byte) (*Envelope, error) { return decodeEnvelope(b, true) }
+func DecodeEnvelope(b []byte) (*Envelope, error) {
+	v := &Envelope{}
+	if err := decodeEnvelope(v, b, true); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
 
 // DecodeEnvelopeAliasBody decodes an h value whose buffer the caller owns
 // and hands over (Store.Get's copy): the returned Body is a sub-slice of b,
 // so the body is not copied again. b must not be modified or reused while
 // the envelope or its Body is in use. Its strings share nothing with b.
-func DecodeEnvelopeAliasBody(b []byte) (*Envelope, error) { return decodeEnvelope(b, false) }
+func DecodeEnvelopeAliasBody(b []byte) (*Envelope, error) {
+	v := &Envelope{}
+	if err := decodeEnvelope(v, b, false); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// DecodeEnvelopeAliasBodyInto is DecodeEnvelopeAliasBody into the caller's
+// v (the dispatcher's attempt keeps it on its stack: one allocation per
+// delivery less). On an error v holds a partial decode.
+func DecodeEnvelopeAliasBodyInto(v *Envelope, b []byte) error { return decodeEnvelope(v, b, false) }
 
 // offset is where rest starts inside whole. REQUIRES: rest was obtained
 // from whole by reslicing forward only (the decoder never does otherwise),
 // so their capacities differ by exactly that offset.
 func offset(whole, rest []byte) int { return cap(whole) - cap(rest) }
 
-func decodeEnvelope(b []byte, copyBody bool) (*Envelope, error) {
+func decodeEnvelope(v *Envelope, b []byte, copyBody bool) error {
 	d := dec{b: b}
 	if ver := d.u8(); d.err == nil && ver != envelopeV1 {
-		return nil, fmt.Errorf("decode envelope: unknown version %d: %w", ver, ErrCorrupt)
+		return fmt.Errorf("decode envelope: unknown version %d: %w", ver, ErrCorrupt)
 	}
-	v := &Envelope{}
+	*v = Envelope{}
 	d.fixed(v.ID[:])
 	v.Seq = d.u64()
 	v.ReceivedAt = int64(d.u64())
@@ -273,7 +290,7 @@ func decodeEnvelope(b []byte, copyBody bool) (*Envelope, error) {
 	strEnd := offset(b, d.b)
 	body := d.raw()
 	if err := d.done("envelope"); err != nil {
-		return nil, err
+		return err
 	}
 	region := string(b[strStart:strEnd])
 	sub := func(x []byte) string {
@@ -294,7 +311,7 @@ func decodeEnvelope(b []byte, copyBody bool) (*Envelope, error) {
 	} else {
 		v.Body = body[:len(body):len(body)]
 	}
-	return v, nil
+	return nil
 }
 
 // EncodeDelivery encodes a d value.
