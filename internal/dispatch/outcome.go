@@ -238,7 +238,7 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 		if cap(sinkBuf)-len(sinkBuf) < len(e.c.Sinks) {
 			sinkBuf = make([]store.SinkAttempts, 0, max(2*len(delivered), len(e.c.Sinks)))
 		}
-		sinks := sinkBuf[len(sinkBuf):len(sinkBuf):len(sinkBuf)+len(e.c.Sinks)]
+		sinks := sinkBuf[len(sinkBuf) : len(sinkBuf) : len(sinkBuf)+len(e.c.Sinks)]
 		for i, s := range e.c.Sinks {
 			if dl := done[rowRef{seq, s.Num}]; dl != nil {
 				seen++
