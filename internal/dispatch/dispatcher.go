@@ -405,15 +405,18 @@ func (d *Dispatcher) run(ctx context.Context) {
 			return
 		case r := <-d.results:
 			d.finished = append(append(d.finished, r), d.takeResults()...)
-			if len(d.finished) < d.inflight && len(d.finished) < maxOutcomeBatch {
+			// Rows whose outcome write failed stay counted in flight
+			// until it is retried: they are not attempts still running.
+			if len(d.finished) < d.inflight-len(d.unrecorded) && len(d.finished) < maxOutcomeBatch {
 				// Attempts are still running: their outcomes join this
 				// batch unless outcomeWait passes first. No claim was
-				// freed, so the next turn skips the scan.
+				// freed, so the next turn skips the scan — unless the
+				// last one said more is due now (it stopped at ScanBatch).
 				if !flushArmed {
 					flush.Reset(outcomeWait)
 					flushArmed = true
 				}
-				scan = false
+				scan = !next.IsZero() && !next.After(d.o.Now())
 				break
 			}
 			record()
@@ -476,8 +479,9 @@ const (
 // ones keep their rows inflight, to be returned to due at the next start.
 func (d *Dispatcher) drainResults() {
 	// record leaves cancelled attempts' rows inflight.
-	if rs := append(d.finished, d.takeResults()...); len(rs) > 0 {
-		d.finished = nil
+	// Outcomes whose write failed get one more try too.
+	if rs := append(append(d.unrecorded, d.finished...), d.takeResults()...); len(rs) > 0 {
+		d.unrecorded, d.finished = nil, nil
 		d.record(rs)
 	}
 }

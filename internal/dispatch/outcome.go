@@ -260,7 +260,8 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 			continue
 		}
 		sinkBuf = sinkBuf[:len(sinkBuf)+len(sinks)]
-		h.all, h.seen, h.sinks = all, seen, sinks
+		// Capped: its spare room is the next hook's part of sinkBuf.
+		h.all, h.seen, h.sinks = all, seen, sinks[:len(sinks):len(sinks)]
 		h.deliveredAt = max(h.deliveredAt, e.deliveredAt)
 	}
 	err := d.st.ScanDeliveriesOf(scan, func(seq uint64, num uint16, v []byte) bool {

@@ -345,6 +345,12 @@ func (d *Dispatcher) worker(ctx context.Context) {
 	for {
 		select {
 		case c := <-d.work:
+			if err := ctx.Err(); err != nil {
+				// Stopping: select picks at random, so a claim can still
+				// be taken after the cancel; it is answered as unstarted.
+				d.results <- result{c: c, err: err}
+				continue
+			}
 			d.attempt(ctx, c)
 		case <-ctx.Done():
 			return

@@ -251,7 +251,7 @@ func DecodeEnvelopeAliasBody(b []byte) (*Envelope, error) {
 
 // DecodeEnvelopeAliasBodyInto is DecodeEnvelopeAliasBody into the caller's
 // v (the dispatcher's attempt keeps it on its stack: one allocation per
-// delivery less). On an error v holds a partial decode.
+// delivery less). On an error v's contents are unspecified.
 func DecodeEnvelopeAliasBodyInto(v *Envelope, b []byte) error { return decodeEnvelope(v, b, false) }
 
 // offset is where rest starts inside whole. REQUIRES: rest was obtained

@@ -25,7 +25,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Claim moves a delivery due at dueAtMs to in flight until leaseUntilMs.
+// Claim moves a delivery due at dueAtMs to in flight until leaseUntilMs,
+// setting dl.State.
 func (b *Batch) Claim(dueAtMs int64, seq uint64, sink uint16, dl *Delivery, leaseUntilMs int64) {
 	b.ClaimAll([]ClaimRow{{DueAtMs: dueAtMs, Seq: seq, Sink: sink, Delivery: dl}}, leaseUntilMs)
 }
@@ -40,7 +41,9 @@ type ClaimRow struct {
 
 // ClaimAll is Claim for every row of rs, all leased until leaseUntilMs,
 // written family by family from one key and one value buffer (the
-// reasons are DeleteDeliveredHooks'; Set and Delete copy both).
+// reasons are DeleteDeliveredHooks'; Set and Delete copy both). Like
+// Claim, it sets each row's Delivery.State to in flight: the caller's
+// copy is the row as written.
 func (b *Batch) ClaimAll(rs []ClaimRow, leaseUntilMs int64) {
 	var k, v []byte
 	for _, r := range rs {
