@@ -464,6 +464,17 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 		}
 		g.inGroup[string(uk)] = original{id: it.id, seq: seq}
 	}
+	// Dispatch takes new hooks from memory: a value up to maxHandedValue
+	// is handed over with the hook in a buffer of its own, so its first
+	// delivery reads nothing back (the Get it saves allocated as much);
+	// under disk the batch's hook row is written from that same encoding.
+	// Larger ones are read back, so memory held for delivery stays bounded
+	// per hook. Under dual the record's own encoding is handed as it is: it
+	// is never changed, and is held for the log and complete-local anyway.
+	hand := w.opts.OnCommitted != nil && store.EnvelopeSize(env) <= maxHandedValue
+	if hand && !g.dual {
+		h.Value = store.EncodeEnvelope(env)
+	}
 	var rows []store.Row
 	if g.dual {
 		// The encoded value is kept: it is published and held for
@@ -471,29 +482,23 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 		rows, _ = g.batch.PutHook(h) // a dead batch fails the apply
 		g.rows = append(g.rows, rows...)
 	} else {
-		// Under disk only the batch reads the value: the envelope is
-		// encoded straight into it, and the kept rows have no value (the
-		// fence deletes by key). The other rows go in at apply, family by
+		// Under disk only the batch (and dispatch, above) reads the
+		// value: unless handed over, the envelope is encoded straight
+		// into the batch, and the kept rows have no value (the fence
+		// deletes by key). The other rows go in at apply, family by
 		// family across the group (store.PutRowsByFamily).
 		first := len(g.rows)
 		g.rows, _ = g.batch.AppendHookValue(g.rows, &g.arena, h) // a dead batch fails the apply
 		rows = g.rows[first:]
 	}
 	if w.opts.OnCommitted != nil {
-		// Dispatch takes new hooks from memory: a value up to
-		// maxHandedValue is encoded once more into a buffer of its own,
-		// handed over with the hook, so its first delivery reads nothing
-		// back (the Get it saves allocated as much). Larger ones are read
-		// back, so memory held for delivery stays bounded per hook. Under
-		// dual the record's own encoding is handed as it is: it is never
-		// changed, and is held for the log and complete-local anyway.
 		c := store.Committed{Seq: seq, DueAtMs: dueAt, Size: uint32(len(r.Body)), Sinks: r.Sinks}
 		switch {
-		case store.EnvelopeSize(env) > maxHandedValue:
+		case !hand:
 		case g.dual:
 			c.Value = rows[0].Value
 		default:
-			c.Value = store.EncodeEnvelope(env)
+			c.Value = h.Value
 		}
 		g.committed = append(g.committed, c)
 	}

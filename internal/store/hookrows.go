@@ -109,9 +109,13 @@ func HookRowCount(h *NewHook) int {
 	return n
 }
 
-// RowArena is the memory hooks' keys and values are cut from (see arena).
-// Its zero value is ready; Grow reserves room for more.
-type RowArena struct{ arena }
+// RowArena carves hooks' keys and values out of shared allocations (issue
+// 14: a make per key and value was about ten allocations per hook on the
+// ingest path). Each piece is capped at its own length, so an append to
+// one can never write into the next; if the size estimate falls short,
+// append moves on to a new array and the pieces cut so far stay valid. Its
+// zero value is ready; Grow reserves room for more.
+type RowArena struct{ b []byte }
 
 // Grow makes room for at least n more bytes without moving: the pieces cut
 // so far stay where they are (a fresh array is started when the current
@@ -160,17 +164,10 @@ func (c *Committed) Delivery(i int) Delivery {
 	return NewDelivery(c.DueAtMs, c.Size, c.Sinks[i].ID, "")
 }
 
-// arena carves one hook's keys and values out of one allocation (issue
-// 14: a make per key and value was about ten allocations per hook on the
-// ingest path). Each piece is capped at its own length, so an append to
-// one can never write into the next; if the size estimate falls short,
-// append moves on to a new array and the pieces cut so far stay valid.
-type arena struct{ b []byte }
-
 // cut takes grown (a.b with one piece appended) as the new a.b and returns
 // the appended piece.
 // (A moved array holds the earlier pieces at the same offsets.)
-func (a *arena) cut(grown []byte) []byte {
+func (a *RowArena) cut(grown []byte) []byte {
 	start := len(a.b)
 	a.b = grown
 	return grown[start:len(grown):len(grown)]
@@ -204,7 +201,7 @@ func (b *Batch) PutHook(h *NewHook) ([]Row, error) {
 
 // AppendHook adds every row of h to b, as PutHook, and appends them to dst
 // (AppendHookRows, keys and values cut from a), but encodes the envelope
-// straight into the batch (h.Value is ignored): the appended hook row has
+// straight into the batch (unless h.Value is set): the appended hook row has
 // no Value, and no copy of the body exists but the batch's own (issue 14:
 // at 256 KiB the encode into a scratch buffer and the batch's copy of it
 // were two body-sized copies). For a caller that needs no encoded value
@@ -219,8 +216,9 @@ func (b *Batch) AppendHook(dst []Row, a *RowArena, h *NewHook) ([]Row, error) {
 }
 
 // AppendHookValue is AppendHook's first half: it encodes h's envelope
-// straight into b as the hook row and appends every row of h to dst, but
-// adds none of the other rows to b. The caller adds them, with the other
+// straight into b as the hook row (or, if h.Value is set, writes that
+// encoding: a caller that keeps one encodes once) and appends every row
+// of h to dst, but adds none of the other rows to b. The caller adds them, with the other
 // hooks' of its group, by PutRowsByFamily before it applies b: they ride
 // in the hook's batch all the same (ack rule 2), in the order Pebble
 // inserts cheapest. The commit path's writer under wal.type: disk.
@@ -231,6 +229,9 @@ func (b *Batch) AppendHookValue(dst []Row, a *RowArena, h *NewHook) ([]Row, erro
 		return dst, b.err
 	}
 	hk := dst[first].Key
+	if h.Value != nil {
+		return dst, b.Set(hk, h.Value, nil)
+	}
 	op := b.b.SetDeferred(len(hk), EnvelopeSize(h.Env))
 	copy(op.Key, hk)
 	if got := AppendEnvelope(op.Value[:0], h.Env); len(got) != len(op.Value) {
