@@ -225,7 +225,12 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 	// The hooks the hot cache holds need no scan: it lists their sinks
 	// and which of them were delivered before (H1).
 	scan := seqs[:0:0]
-	var sinkBuf []store.SinkAttempts
+	sinkBuf := make([]store.SinkAttempts, 0, len(delivered))
+	// thisBatch is a delivery this batch records: its attempt row is
+	// written only if the hook stays, so rows 1..Attempts-1 exist.
+	thisBatch := func(num uint16, dl *store.Delivery) store.SinkAttempts {
+		return store.SinkAttempts{Sink: num, Attempts: dl.Attempts - 1}
+	}
 	for _, seq := range seqs {
 		h := hs(seq)
 		e := d.hot.lookup(seq)
@@ -233,35 +238,30 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 			scan = append(scan, seq)
 			continue
 		}
-		all, seen := true, 0
-		// Cut from one array for the batch.
-		if cap(sinkBuf)-len(sinkBuf) < len(e.c.Sinks) {
-			sinkBuf = make([]store.SinkAttempts, 0, max(2*len(delivered), len(e.c.Sinks)))
-		}
-		sinks := sinkBuf[len(sinkBuf) : len(sinkBuf) : len(sinkBuf)+len(e.c.Sinks)]
+		// Every hook's list is cut from one array for the batch (a
+		// moved array keeps the lists cut before).
+		all, seen, start := true, 0, len(sinkBuf)
 		for i, s := range e.c.Sinks {
 			if dl := done[rowRef{seq, s.Num}]; dl != nil {
 				seen++
-				// The attempt row of this batch's delivery is written
-				// only if the hook stays: rows 1..Attempts-1 exist.
-				sinks = append(sinks, store.SinkAttempts{Sink: s.Num, Attempts: dl.Attempts - 1})
+				sinkBuf = append(sinkBuf, thisBatch(s.Num, dl))
 				continue
 			}
 			if e.delivered&(1<<i) == 0 {
 				all = false
 				continue
 			}
-			sinks = append(sinks, store.SinkAttempts{Sink: s.Num, Attempts: e.attempts[i]})
+			sinkBuf = append(sinkBuf, store.SinkAttempts{Sink: s.Num, Attempts: e.attempts[i]})
 		}
 		if seen != h.want {
 			// A delivered row the entry does not list: H1 says it cannot
 			// be; the scan knows for sure.
+			sinkBuf = sinkBuf[:start]
 			scan = append(scan, seq)
 			continue
 		}
-		sinkBuf = sinkBuf[:len(sinkBuf)+len(sinks)]
-		// Capped: its spare room is the next hook's part of sinkBuf.
-		h.all, h.seen, h.sinks = all, seen, sinks[:len(sinks):len(sinks)]
+		// Capped: the room after it is the next hook's.
+		h.all, h.seen, h.sinks = all, seen, sinkBuf[start:len(sinkBuf):len(sinkBuf)]
 		h.deliveredAt = max(h.deliveredAt, e.deliveredAt)
 	}
 	err := d.st.ScanDeliveriesOf(scan, func(seq uint64, num uint16, v []byte) bool {
@@ -280,8 +280,7 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 		}
 		h.seen++
 		h.plain = h.plain && dl.ReplayID == ""
-		// As above: this batch's attempt row is written only if the hook stays.
-		h.sinks = append(h.sinks, store.SinkAttempts{Sink: num, Attempts: dl.Attempts - 1})
+		h.sinks = append(h.sinks, thisBatch(num, dl))
 		return true
 	})
 	if err != nil {
