@@ -8,7 +8,12 @@
 //     MaxConnsPerIP from one IP): a connection past the cap is answered a
 //     canned 503 and closed before any goroutine or buffer is spent on it,
 //     after the oldest quiet connection (no request in progress) was
-//     evicted to make room, if there was one.
+//     evicted to make room, if there was one. "No request in progress" is
+//     what net/http reports: a connection whose request bytes are in its
+//     socket but not yet read is still quiet (StateNew) and can be the one
+//     evicted; its client sees the connection close with no answer and
+//     nothing was acked, so it retries. Counting unread bytes instead
+//     would make a slowloris's half-sent headers unevictable.
 //  2. Under pressure (open ≥ 90% of MaxConns) and while draining, every
 //     answer carries "Connection: close": the client learns from the answer
 //     itself that the connection ends, so a keep-alive client never sends
