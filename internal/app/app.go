@@ -522,8 +522,9 @@ func (in *Instance) StartContext(ctx context.Context) error {
 			}
 		}()
 	}
+	var carry []uint64
 	if in.intake != nil {
-		if err := in.bootIntake(ctx, recover); err != nil {
+		if carry, err = in.bootIntake(ctx, recover); err != nil {
 			return err
 		}
 	}
@@ -533,6 +534,11 @@ func (in *Instance) StartContext(ctx context.Context) error {
 		if err := in.queue.Reload(); err != nil {
 			return err
 		}
+	}
+	// Hooks the log refused at the republish stay pending, stuck: the
+	// reconciler retries them and the watermark stays below them.
+	if err := in.queue.Carry(carry); err != nil {
+		return fmt.Errorf("boot recovery: %w", err)
 	}
 	if in.settler != nil {
 		in.settler.Start()

@@ -65,7 +65,10 @@ func dualOptions(cfg *config.Config, in intake.Intake, inc string, obs queue.Dua
 // other error fails the boot as it is (intake_truncated, not_found,
 // permanent, and a store failure, which is never retried as if it were the
 // log's).
-func (in *Instance) bootIntake(ctx context.Context, replay bool) error {
+//
+// It returns the hooks the republish left to carry (queue.Summary.Refused),
+// which the boot hands to the queue (Queue.Carry) once it is reloaded.
+func (in *Instance) bootIntake(ctx context.Context, replay bool) ([]uint64, error) {
 	origin := queue.OriginExisting
 	switch {
 	case in.restored:
@@ -73,7 +76,7 @@ func (in *Instance) bootIntake(ctx context.Context, replay bool) error {
 	case in.store.Created():
 		origin = queue.OriginFresh
 	}
-	_, err := queue.RecoverNode(ctx, in.store, queue.NodeOptions{
+	sum, err := queue.RecoverNode(ctx, in.store, queue.NodeOptions{
 		RecoverOptions: queue.RecoverOptions{
 			Intake:  in.intake,
 			Node:    in.cfg.Intake.NodeID,
@@ -106,9 +109,9 @@ func (in *Instance) bootIntake(ctx context.Context, replay bool) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("boot recovery: %w", err)
+		return nil, fmt.Errorf("boot recovery: %w", err)
 	}
-	return nil
+	return sum.Refused, nil
 }
 
 // sourceRoutes resolves a source for replay from cfg: its sinks (numbered

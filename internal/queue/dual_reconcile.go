@@ -6,6 +6,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/ankusa/ankusa/internal/intake"
@@ -187,21 +188,32 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 		for i, e := range chunk {
 			recs[i] = e.rec
 		}
-		pctx, cancel := context.WithTimeout(ctx, r.d.opts.PublishTimeout)
-		start := time.Now()
-		pos, err := publish(pctx, r.d.in, recs)
-		cancel()
-		r.d.observePublish(time.Since(start), err)
-		if err == nil {
+		// A chunk the log refuses Permanent is split until each refused
+		// record stands alone (publishIsolating): one record larger than
+		// the log takes must not keep the others of its chunk carried.
+		pos := make([]intake.Position, n)
+		var lastErr error
+		refused, err := publishIsolating(ctx, recs, func(ctx context.Context, lo int, sub []intake.Record) error {
+			pctx, cancel := context.WithTimeout(ctx, r.d.opts.PublishTimeout)
+			start := time.Now()
+			p, err := publish(pctx, r.d.in, sub)
+			cancel()
+			r.d.observePublish(time.Since(start), err)
+			if err != nil {
+				lastErr = err
+				return err
+			}
 			// A confirmed republish shows the log is back; a failed one is
 			// not counted, so the gate's probe accounting stays the commit
 			// path's own.
 			r.d.gate.result(true, r.d.now())
-		}
+			copy(pos[lo:], p)
+			return nil
+		})
 		if err != nil {
 			r.d.hold(err)
 			class, retryAfter := intake.ClassOf(err)
-			if class == intake.Permanent || class == intake.NotFound {
+			if class == intake.NotFound {
 				r.d.pending.mu.Lock()
 				for _, e := range chunk {
 					e.stuck = true
@@ -214,16 +226,78 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 			}
 			return time.Time{}
 		}
+		if len(refused) > 0 {
+			r.d.hold(lastErr)
+			r.d.warn("reconciler: the log refused records permanently; will retry", "records", len(refused), "of", n, "class", intake.Permanent.String(), "err", lastErr)
+		}
 		r.d.pending.mu.Lock()
+		ri := 0
 		for i, e := range chunk {
+			if ri < len(refused) && refused[ri] == i {
+				ri++
+				e.stuck = true
+				continue
+			}
 			e.logDone, e.stuck = true, false
 			e.pos = pos[i]
 			r.d.pending.settleLocked(e)
 		}
 		r.d.pending.mu.Unlock()
-		for range chunk {
+		for range n - len(refused) {
 			r.d.obs.IntakeReconciled("log")
 		}
 	}
 	return time.Time{}
+}
+
+// Carry hands the queue the hooks boot recovery's republish could not
+// place in the log (Summary.Refused: refused Permanent on their own): they
+// are stored (their local half is done) and enter the pending set as stuck
+// records, as they were before the node went down. The reconciler goes on
+// retrying them (ADR section 7: a carried hook is never dropped), the
+// watermark stays below them (pendingSet.marks), and a retry of one's
+// dedupe key is answered as for any unconfirmed original (claimOf), never
+// "201 duplicate" from the stored dedupe row while the log lacks the hook
+// (ack rule 2). Call it after Reload and before Start; a no-op under
+// wal.type: disk. A seq with no hook row (delivered and gone since) is
+// skipped. An error: a store failure, or more records than the pending set
+// holds (intake.pending), which the boot reports as it is.
+func (q *Queue) Carry(seqs []uint64) error {
+	d := q.writer.dual
+	if d == nil || len(seqs) == 0 {
+		return nil
+	}
+	var es []*pendingEntry
+	var size int64
+	for _, seq := range seqs {
+		v, err := q.writer.st.Get(store.HookKey(seq))
+		if err != nil {
+			return fmt.Errorf("carry seq %d: %w", seq, err)
+		}
+		if v == nil {
+			continue
+		}
+		env, err := store.DecodeEnvelope(v)
+		if err != nil {
+			return fmt.Errorf("carry seq %d: %w", seq, err)
+		}
+		e := &pendingEntry{
+			seq: seq, id: env.ID, firstAt: time.Unix(0, env.ReceivedAt), size: int64(len(v)),
+			localDone: true, stuck: true,
+			rec: intake.Record{
+				Version: intake.RecordVersion, Kind: intake.KindHook, Node: d.node, Seq: seq, ID: env.ID,
+				Incarnation: d.incarnation, Tenant: env.Tenant, Source: env.Source, Value: v,
+			},
+		}
+		if env.DedupeKey != "" {
+			e.dedupe = string(store.DedupeKey(env.Tenant, env.Source, env.DedupeKey))
+		}
+		es = append(es, e)
+		size += e.size
+	}
+	if !d.pending.room(len(es), size, 0) {
+		return fmt.Errorf("carry %d hooks the log refused (%d bytes): more than intake.pending holds", len(es), size)
+	}
+	d.pending.add(es)
+	return nil
 }

@@ -80,11 +80,17 @@ type Summary struct {
 	Records, Applied, Present, Collided, Unroutable, Republished int
 	From, Earliest, Last                                         intake.Position
 	Gap                                                          bool
+	// Refused are the seqs of the local hooks above the watermark that the
+	// log refused Permanent on their own (larger than it accepts): kept
+	// local and delivered, left above the watermark, and handed to the
+	// queue (Queue.Carry) to be retried as stuck records — never a reason
+	// not to boot. The last attempt's.
+	Refused []uint64
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("records=%d applied=%d present=%d collided=%d unroutable=%d republished=%d",
-		s.Records, s.Applied, s.Present, s.Collided, s.Unroutable, s.Republished)
+	return fmt.Sprintf("records=%d applied=%d present=%d collided=%d unroutable=%d republished=%d refused=%d",
+		s.Records, s.Applied, s.Present, s.Collided, s.Unroutable, s.Republished, len(s.Refused))
 }
 
 // NodeOptions configure RecoverNode: the replay's own options plus what

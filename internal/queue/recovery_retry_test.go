@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -145,7 +146,7 @@ func TestRecoverNode_StepsByCaller(t *testing.T) {
 			if sum.Applied != tc.wantApplied {
 				t.Fatalf("applied %d (%s), want %d", sum.Applied, sum, tc.wantApplied)
 			}
-			if onReplay != tc.wantOnReplay || (onReplay > 0 && reported != sum) {
+			if onReplay != tc.wantOnReplay || (onReplay > 0 && !reflect.DeepEqual(reported, sum)) {
 				t.Fatalf("OnReplay called %d times with %s, want %d with the returned %s", onReplay, reported, tc.wantOnReplay, sum)
 			}
 			if recovered != tc.wantRecovered {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/ankusa/ankusa/internal/intake"
@@ -362,14 +363,22 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 			return err
 		}
 		if len(page) > 0 && !o.DryRun {
-			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			_, err := o.Intake.PublishBatch(pctx, page)
-			cancel()
+			refused, err := publishIsolating(ctx, page, func(ctx context.Context, _ int, recs []intake.Record) error {
+				pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				_, err := o.Intake.PublishBatch(pctx, recs)
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("republish %d hooks above the watermark: %w", len(page), err)
 			}
+			for _, i := range refused {
+				sum.Refused = append(sum.Refused, page[i].Seq)
+			}
+			sum.Republished += len(page) - len(refused)
+		} else {
+			sum.Republished += len(page)
 		}
-		sum.Republished += len(page)
 		// A page short of 256 means the scan ran out of hooks.
 		if len(page) < 256 || last == math.MaxUint64 {
 			break
@@ -379,10 +388,59 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 	if o.DryRun {
 		return nil
 	}
+	// R1: the watermark stays below the first record the log refused: it
+	// is not confirmed, so the next boot republishes it (and, redundantly,
+	// what follows it) again, and until then the queue carries it (Carry).
+	// A watermark past it would let a crash before the writer's next mark
+	// flush forget it, and its stored dedupe row would answer a retry
+	// "201 duplicate" of a hook the log does not hold (ack rule 2).
+	wm = next - 1
+	if len(sum.Refused) > 0 {
+		wm = slices.Min(sum.Refused) - 1
+		o.Logger.Warn("republish: the log refused some hooks permanently; they stay local, are delivered, and are retried as stuck records (ankusa_intake_reconcile_stuck)",
+			"refused", len(sum.Refused), "first_seq", slices.Min(sum.Refused))
+	}
 	b := st.NewBatch()
 	defer b.Close()
-	_ = b.SetIntakeSeq(next - 1)
+	_ = b.SetIntakeSeq(wm)
 	return st.ApplySync(b)
+}
+
+// publishIsolating publishes recs with pub and, when the log refuses a
+// batch Permanent, splits it in halves until each refused record stands
+// alone (ADR section 7: one record the log can never take — larger than
+// its limit — must not hold back the others batched with it; the intake
+// contract fails the whole batch for it). It returns the indexes of the
+// records refused Permanent on their own, in order; pub is given each
+// window's offset in recs. Any other error (an
+// outage, a throttle, NotFound: the whole log, not one record) is
+// returned as it is and nothing may be assumed confirmed. A record
+// confirmed before a split may be published twice; readers dedupe.
+func publishIsolating(ctx context.Context, recs []intake.Record, pub func(ctx context.Context, lo int, sub []intake.Record) error) ([]int, error) {
+	var refused []int
+	var try func(lo, hi int) error
+	try = func(lo, hi int) error {
+		err := pub(ctx, lo, recs[lo:hi])
+		if err == nil {
+			return nil
+		}
+		if c, _ := intake.ClassOf(err); c != intake.Permanent {
+			return err
+		}
+		if hi-lo == 1 {
+			refused = append(refused, lo)
+			return nil
+		}
+		mid := lo + (hi-lo)/2
+		if err := try(lo, mid); err != nil {
+			return err
+		}
+		return try(mid, hi)
+	}
+	if err := try(0, len(recs)); err != nil {
+		return nil, err
+	}
+	return refused, nil
 }
 
 // audit writes one operator-action row (a synced write) into the store's

@@ -323,8 +323,9 @@ func (w *world) boot() error {
 		return w.bootFail(n, fmt.Errorf("sink numbers: %w", err))
 	}
 	n.nums = nums
+	var carry []uint64
 	if w.cfg.dual {
-		if err := w.recover(n, restored); err != nil {
+		if err := w.recover(n, restored, &carry); err != nil {
 			return w.bootFail(n, err)
 		}
 		if restored {
@@ -361,6 +362,10 @@ func (w *world) boot() error {
 	if err != nil {
 		return w.bootFail(n, fmt.Errorf("queue: %w", err))
 	}
+	// As the app does: what the republish could not place stays pending.
+	if err := q.Carry(carry); err != nil {
+		return w.bootFail(n, fmt.Errorf("carry: %w", err))
+	}
 	d = dispatch.New(st, dispatch.Options{
 		Concurrency: 4, AttemptTimeout: time.Second, Poll: 500 * time.Millisecond,
 		BreakerFailures: 3, BreakerCooldown: 2 * time.Second,
@@ -392,7 +397,7 @@ func (w *world) bootFail(n *node, err error) error {
 // the dropped prefix held are excused from rule 1 (the operator took that
 // loss knowingly). It also checks defect C's rule: a fresh or restored
 // store over a log truncated past what it needs must be refused.
-func (w *world) recover(n *node, restored bool) error {
+func (w *world) recover(n *node, restored bool, carry *[]uint64) error {
 	ctx := context.Background()
 	origin := queue.OriginExisting
 	switch {
@@ -467,8 +472,9 @@ func (w *world) recover(n *node, restored bool) error {
 		w.violate("5", "boot recovery failed with every fault off: %v", err)
 		return fmt.Errorf("boot recovery: %w", err)
 	}
-	w.tracef("recovery %s: applied=%d present=%d collided=%d republished=%d", originName(origin),
-		sum.Applied, sum.Present, sum.Collided, sum.Republished)
+	w.tracef("recovery %s: applied=%d present=%d collided=%d republished=%d refused=%d", originName(origin),
+		sum.Applied, sum.Present, sum.Collided, sum.Republished, len(sum.Refused))
+	*carry = sum.Refused
 	if sum.Collided > 0 {
 		w.violate("6", "replay met %d seq collisions on a single node", sum.Collided)
 	}

@@ -1,0 +1,182 @@
+package queue_test
+
+// A record the log refuses Permanent on its own (larger than the log takes:
+// a topology that intake.verify_topic: false let through). The simulator's
+// `poison` class found both defects these tests pin: boot recovery failed
+// for ever on such a record, so the node never booted again after a crash;
+// and a reconciler chunk holding it was refused whole, so every record
+// batched with it stayed carried for ever.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/intake/memory"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+// logMax is the test log's record limit; bigBody's record is over it.
+const logMax = 2048
+
+var bigBody = strings.Repeat("x", 3000)
+
+func openSmallLog(t *testing.T) *memory.Log {
+	t.Helper()
+	lg, err := memory.Open(memory.Options{Dir: filepath.Join(t.TempDir(), "intake"), Node: "node-a", MaxRecordBytes: logMax, Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lg.Close() })
+	return lg
+}
+
+func logSeqs(lg *memory.Log) []uint64 {
+	var seqs []uint64
+	for _, r := range lg.Records() {
+		seqs = append(seqs, r.Seq)
+	}
+	return seqs
+}
+
+// The store holds six hooks above the watermark, the third too large for
+// the log: the boot's republish places the other five, reports the third
+// refused, and leaves the watermark below it — the boot goes on.
+func TestRecovery_ARecordTheLogRefusesIsCarriedNotABootFailure(t *testing.T) {
+	lg := openSmallLog(t)
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	var bigSeq uint64
+	for i := range 6 {
+		body, key := fmt.Sprint(i), ""
+		if i == 2 {
+			body, key = bigBody, "evt_big"
+		}
+		res, err := q.Submit(context.Background(), rec(body, key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 2 {
+			bigSeq = res.Seq
+		}
+	}
+	q.Close()
+
+	sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting })
+	if err != nil {
+		t.Fatalf("boot recovery failed on one record the log refuses: %v", err)
+	}
+	if len(sum.Refused) != 1 || sum.Refused[0] != bigSeq || sum.Republished != 5 {
+		t.Fatalf("refused %v, republished %d; want [%d] and 5", sum.Refused, sum.Republished, bigSeq)
+	}
+	if got := fmt.Sprint(logSeqs(lg)); got != fmt.Sprint([]uint64{1, 2, 4, 5, 6}) {
+		t.Fatalf("log holds seqs %s, want every hook but the refused one", got)
+	}
+	if wm, _, _ := st.IntakeSeq(); wm != bigSeq-1 {
+		t.Fatalf("watermark %d, want %d: below the refused record, so the next boot republishes it", wm, bigSeq-1)
+	}
+	if !strings.Contains(sum.String(), "refused=1") {
+		t.Fatalf("summary %q does not say refused=1", sum)
+	}
+}
+
+// The refused record, carried into a dual queue at boot: it is pending and
+// stuck, a retry of its key is refused as pending (its stored dedupe row
+// must not answer 201 duplicate: the log lacks it), new hooks are acked,
+// and the watermark the writer writes stays below it.
+func TestDual_ACarriedRefusedRecordHoldsItsKeyAndTheWatermark(t *testing.T) {
+	lg := openSmallLog(t)
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	first, err := q.Submit(context.Background(), rec("small", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := q.Submit(context.Background(), rec(bigBody, "evt_big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting })
+	if err != nil || len(sum.Refused) != 1 {
+		t.Fatalf("recovery: refused %v, %v; want one refused", sum.Refused, err)
+	}
+
+	dq, err := queue.New(st, queue.Options{Logger: testutil.Logger(t), Dual: &queue.DualOptions{
+		Intake: lg, Node: "node-a", PublishTimeout: time.Second, BreakerFailures: 100, Probe: time.Hour,
+		ReconcileEvery: -1, ReconcileDeadline: time.Hour,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dq.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dq.Carry(sum.Refused); err != nil {
+		t.Fatal(err)
+	}
+	dq.Start()
+	t.Cleanup(dq.Close)
+
+	s, _ := dq.Dual()
+	if s.Pending.Records != 1 || s.Pending.Stuck != 1 {
+		t.Fatalf("after Carry: pending %d stuck %d, want 1 and 1", s.Pending.Records, s.Pending.Stuck)
+	}
+	if _, err := dq.Submit(context.Background(), rec(bigBody, "evt_big")); !errors.Is(err, queue.ErrIntakePending) {
+		t.Fatalf("a retry of the carried record's key: %v, want intake_pending (the log does not hold it)", err)
+	}
+	next, err := dq.Submit(context.Background(), rec("after", ""))
+	if err != nil {
+		t.Fatalf("a new hook next to the carried one: %v", err)
+	}
+	dq.Reconcile(context.Background()) // retried, refused again, kept
+	dq.Close()
+	s, _ = dq.Dual()
+	if s.Pending.Records != 1 || s.Pending.Stuck != 1 {
+		t.Fatalf("after a pass: pending %d stuck %d, want 1 and 1 (never dropped)", s.Pending.Records, s.Pending.Stuck)
+	}
+	if wm, _, _ := st.IntakeSeq(); wm != big.Seq-1 || next.Seq <= big.Seq || first.Seq >= big.Seq {
+		t.Fatalf("watermark %d after the writer ran, want %d (below the carried seq %d; new hook at %d)", wm, big.Seq-1, big.Seq, next.Seq)
+	}
+	if v, _ := st.Get(store.HookKey(big.Seq)); v == nil {
+		t.Fatal("the carried hook is gone from the store")
+	}
+}
+
+// Three records are carried after a log outage, one of them too large for
+// the log: the reconciler's pass places the two others and keeps only the
+// large one stuck.
+func TestReconciler_APermanentRecordDoesNotHoldBackTheOthersInItsChunk(t *testing.T) {
+	lg := openSmallLog(t)
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{Logger: testutil.Logger(t), Dual: &queue.DualOptions{
+		Intake: lg, Node: "node-a", PublishTimeout: time.Second, BreakerFailures: 100, Probe: time.Hour,
+		ReconcileEvery: -1, ReconcileDeadline: time.Hour,
+	}})
+	lg.FailNext(100, intake.Unavailable)
+	for _, r := range []*queue.Record{rec("a", "evt_a"), rec(bigBody, "evt_big"), rec("b", "evt_b")} {
+		if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrIntakeUnavailable) {
+			t.Fatalf("during the outage: %v, want intake_unavailable", err)
+		}
+	}
+	lg.ClearFaults()
+	q.Reconcile(context.Background())
+	s, _ := q.Dual()
+	if s.Pending.Records != 1 || s.Pending.Stuck != 1 || lg.Published() != 2 {
+		t.Fatalf("after a pass: pending %d stuck %d, log %d; want 1, 1, 2 (only the large record held back)",
+			s.Pending.Records, s.Pending.Stuck, lg.Published())
+	}
+	for _, k := range []string{"evt_a", "evt_b"} {
+		res, err := q.Submit(context.Background(), rec("retry", k))
+		if err != nil || !res.Duplicate {
+			t.Fatalf("a retry of %s after the pass: %+v %v, want 201 duplicate", k, res, err)
+		}
+	}
+}
