@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/ankusa/ankusa/internal/app"
@@ -39,6 +40,13 @@ func recoverCmd(args []string) int {
 	}
 	if f.DryRun {
 		fmt.Println("dry run: nothing was written")
+	}
+	if n := len(sum.Refused); n > 0 {
+		// Not a success: those hooks are not in the log. The next boot
+		// carries them only when it runs the republish itself.
+		fmt.Fprintf(os.Stderr, "ankusa recover: the log refused %d hooks (first seq %d); they stay in the store above the watermark: boot with intake.recover_on_boot: true to carry them (a boot with false skips them)\n",
+			n, slices.Min(sum.Refused))
+		return 1
 	}
 	return 0
 }

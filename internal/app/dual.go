@@ -64,7 +64,8 @@ func dualOptions(cfg *config.Config, in intake.Intake, inc string, obs queue.Dua
 // retrying every intake.probe_ms, until the log answers or ctx ends; every
 // other error fails the boot as it is (intake_truncated, not_found,
 // permanent, and a store failure, which is never retried as if it were the
-// log's).
+// log's) — except the log's refusal of single records at the republish
+// (intake.ErrRecordRefused), which leaves those hooks to carry.
 //
 // It returns the hooks the republish left to carry (queue.Summary.Refused),
 // which the boot hands to the queue (Queue.Carry) once it is reloaded.

@@ -75,7 +75,10 @@ func memoryIntakeOptions(cfg *config.Config, log *slog.Logger) memory.Options {
 	if m := cfg.Intake.Memory; m != nil {
 		latency = ms(m.ConfirmLatencyMs)
 	}
-	return memory.Options{Dir: cfg.IntakeMemoryPath(), Node: cfg.Intake.NodeID, ConfirmLatency: latency, Logger: log}
+	// The log's record limit is intake.max_record_bytes, as for Kafka and
+	// JetStream: what the queue admits, the log takes.
+	return memory.Options{Dir: cfg.IntakeMemoryPath(), Node: cfg.Intake.NodeID, ConfirmLatency: latency,
+		MaxRecordBytes: cfg.Intake.MaxRecordBytes, Logger: log}
 }
 
 // kafkaIntakeOptions opens the adapter unstamped (Partition -1): the

@@ -64,7 +64,9 @@ const (
 	Throttled
 	// NotFound: the topic or stream does not exist.
 	NotFound
-	// Permanent: the record can never be accepted (too large, refused).
+	// Permanent: the record can never be accepted (too large, refused), or
+	// the log refuses this node outright (authorization). Only the first
+	// wraps ErrRecordRefused.
 	Permanent
 )
 
@@ -184,6 +186,13 @@ type Intake interface {
 // ErrClosed is wrapped by the Unavailable error of a call on a closed
 // Intake (errors.Is(err, intake.ErrClosed)).
 var ErrClosed = errors.New("intake is closed")
+
+// ErrRecordRefused is wrapped by a Permanent error that is about one record
+// of the batch (larger than the log takes, malformed), not about the log:
+// the batch's other records may be published without it. The queue splits
+// such a batch until the refused record stands alone; any other Permanent
+// error (authorization, no partition) is the whole log's, never split.
+var ErrRecordRefused = errors.New("the log refuses this record")
 
 // Positioner is the optional ability of an adapter whose log may be shared
 // by several nodes (a JetStream stream; a Kafka partition two node ids hash

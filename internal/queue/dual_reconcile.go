@@ -188,9 +188,10 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 		for i, e := range chunk {
 			recs[i] = e.rec
 		}
-		// A chunk the log refuses Permanent is split until each refused
-		// record stands alone (publishIsolating): one record larger than
-		// the log takes must not keep the others of its chunk carried.
+		// A chunk the log refuses for one of its records is split until
+		// each refused record stands alone (publishIsolating): one record
+		// larger than the log takes must not keep the others of its chunk
+		// carried. A refusal of the log itself stops the pass unsplit.
 		pos := make([]intake.Position, n)
 		var lastErr error
 		refused, err := publishIsolating(ctx, recs, func(ctx context.Context, lo int, sub []intake.Record) error {
@@ -213,7 +214,7 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 		if err != nil {
 			r.d.hold(err)
 			class, retryAfter := intake.ClassOf(err)
-			if class == intake.NotFound {
+			if class == intake.Permanent || class == intake.NotFound {
 				r.d.pending.mu.Lock()
 				for _, e := range chunk {
 					e.stuck = true

@@ -180,3 +180,64 @@ func TestReconciler_APermanentRecordDoesNotHoldBackTheOthersInItsChunk(t *testin
 		}
 	}
 }
+
+// countingIntake counts PublishBatch calls.
+type countingIntake struct {
+	intake.Intake
+	calls int
+}
+
+func (c *countingIntake) PublishBatch(ctx context.Context, recs []intake.Record) (intake.Position, error) {
+	c.calls++
+	return c.Intake.PublishBatch(ctx, recs)
+}
+
+// A Permanent refusal of the log itself (no record named: authorization)
+// is not split into one publish per record: the boot fails after one
+// publish, as before, naming the class.
+func TestRecovery_ALogThatRefusesEveryRecordFailsTheBootUnsplit(t *testing.T) {
+	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	for i := range 300 {
+		if _, err := q.Submit(context.Background(), rec(fmt.Sprint(i), "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+	lg.FailNext(1000, intake.Permanent)
+	ci := &countingIntake{Intake: lg}
+	sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting; o.Intake = ci })
+	if c, _ := intake.ClassOf(err); err == nil || c != intake.Permanent {
+		t.Fatalf("recovery over a log refusing everything: %v (refused %d), want a Permanent error", err, len(sum.Refused))
+	}
+	if ci.calls != 1 {
+		t.Fatalf("publishes = %d, want 1: a refusal of the log is not split", ci.calls)
+	}
+}
+
+// The same refusal met by the reconciler: the chunk is marked stuck and the
+// pass stops after one publish.
+func TestReconciler_ALogRefusalIsNotSplit(t *testing.T) {
+	e, obs := newRCDual(t, queue.Options{}, func(d *queue.DualOptions) {
+		d.ReconcileEvery = -1
+		d.ReconcileDeadline = time.Hour
+		d.BreakerFailures = 100
+	})
+	e.log.FailNext(100, intake.Unavailable)
+	for _, k := range []string{"evt_a", "evt_b", "evt_c"} {
+		if s := answer(t, submitAsync(e.q, rec("body", k))); !errors.Is(s.err, queue.ErrIntakeUnavailable) {
+			t.Fatalf("during the outage: %v, want intake_unavailable", s.err)
+		}
+	}
+	e.log.ClearFaults()
+	e.log.FailNext(100, intake.Permanent)
+	e.q.Reconcile(context.Background())
+	s := e.dual(t)
+	if s.Pending.Records != 3 || s.Pending.Stuck != 3 {
+		t.Fatalf("after the pass: pending %d stuck %d, want 3 and 3", s.Pending.Records, s.Pending.Stuck)
+	}
+	if got := obs.class(intake.Permanent.String()); got != 1 {
+		t.Fatalf("publishes refused Permanent in the pass = %d, want 1 (unsplit)", got)
+	}
+}

@@ -407,15 +407,16 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 }
 
 // publishIsolating publishes recs with pub and, when the log refuses a
-// batch Permanent, splits it in halves until each refused record stands
-// alone (ADR section 7: one record the log can never take — larger than
-// its limit — must not hold back the others batched with it; the intake
-// contract fails the whole batch for it). It returns the indexes of the
-// records refused Permanent on their own, in order; pub is given each
-// window's offset in recs. Any other error (an
-// outage, a throttle, NotFound: the whole log, not one record) is
-// returned as it is and nothing may be assumed confirmed. A record
-// confirmed before a split may be published twice; readers dedupe.
+// batch for one of its records (Permanent wrapping intake.ErrRecordRefused),
+// splits it in halves until each refused record stands alone (ADR section
+// 7: one record the log can never take — larger than its limit — must not
+// hold back the others batched with it; the intake contract fails the
+// whole batch for it). It returns the indexes of the records refused on
+// their own, in order; pub is given each window's offset in recs. Any
+// other error — an outage, a throttle, NotFound, a Permanent refusal of
+// the log itself (authorization): the whole log, not one record — is
+// returned as it is, unsplit, and nothing may be assumed confirmed. A
+// record confirmed before a split may be published twice; readers dedupe.
 func publishIsolating(ctx context.Context, recs []intake.Record, pub func(ctx context.Context, lo int, sub []intake.Record) error) ([]int, error) {
 	var refused []int
 	var try func(lo, hi int) error
@@ -424,7 +425,7 @@ func publishIsolating(ctx context.Context, recs []intake.Record, pub func(ctx co
 		if err == nil {
 			return nil
 		}
-		if c, _ := intake.ClassOf(err); c != intake.Permanent {
+		if c, _ := intake.ClassOf(err); c != intake.Permanent || !errors.Is(err, intake.ErrRecordRefused) {
 			return err
 		}
 		if hi-lo == 1 {

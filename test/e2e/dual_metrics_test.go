@@ -193,3 +193,60 @@ func TestE2E_UpgradeOldStoreBootsUnderDualStampsAndRepublishesEverything(t *test
 		t.Errorf("stamped rows: m:intake_node %q, m:intake_seq %x; want node-a and 5", node, wm)
 	}
 }
+
+// A hook stored under disk that is larger than the dual log takes (the
+// operator lowered http.max_body_bytes, and so intake.max_record_bytes,
+// when moving to dual): the first dual boot's republish places the others
+// and carries it as a stuck record instead of failing the boot; it is
+// still delivered from the store, and the watermark stays below it.
+func TestE2E_UpgradeWithAHookTheLogRefusesBootsAndCarriesIt(t *testing.T) {
+	t.Parallel()
+	rc := newReceiver(t, status(http.StatusServiceUnavailable)) // the hooks stay in the store
+	dataDir, intakeDir := t.TempDir(), filepath.Join(t.TempDir(), "intake")
+	old := startInstance(t, rc, func(c *config.Config) { c.Node.DataDir = dataDir; c.HTTP.MaxBodyBytes = 200_000 })
+	small1 := old.post(`{"n":1}`, "application/json")
+	big := old.post(`{"big":"`+strings.Repeat("x", 100_000)+`"}`, "application/json")
+	small2 := old.post(`{"n":3}`, "application/json")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := old.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := dualConfig(t, rc, dataDir, intakeDir, "node-a")
+	cfg.HTTP.MaxBodyBytes = 1024
+	cfg.Intake.MaxRecordBytes = 1024 + 65_536 // the smallest the rule allows: below the big hook
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	in, stop := startDual(t, cfg)
+	var wal walIntakeView
+	if code := in.api(http.MethodGet, "/v1/wal", nil, &wal); code != http.StatusOK || wal.Intake == nil {
+		t.Fatalf("GET /v1/wal = %d %+v", code, wal.Intake)
+	}
+	if wal.Intake.Pending != 1 || wal.Intake.Stuck != 1 || wal.Intake.Watermark != 1 {
+		t.Errorf("after the first dual boot: pending %d stuck %d watermark %d; want 1, 1 and 1 (the big hook, seq 2, carried)",
+			wal.Intake.Pending, wal.Intake.Stuck, wal.Intake.Watermark)
+	}
+	var h struct {
+		ID string `json:"id"`
+	}
+	if code := in.api(http.MethodGet, "/v1/hooks/"+big, nil, &h); code != http.StatusOK || h.ID != big {
+		t.Errorf("GET /v1/hooks/%s = %d %+v: the carried hook must stay in the store", big, code, h)
+	}
+	stop()
+
+	lg, err := memory.Open(memory.Options{Dir: intakeDir, Node: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := lg.Records()
+	_ = lg.Close()
+	got := map[string]bool{}
+	for _, r := range recs {
+		got[uuid.UUID(r.ID).String()] = true
+	}
+	if len(recs) != 2 || !got[small1] || !got[small2] || got[big] {
+		t.Fatalf("log holds %d records %v; want the two small hooks only", len(recs), got)
+	}
+}

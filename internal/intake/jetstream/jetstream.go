@@ -98,7 +98,7 @@ var (
 	ErrPermissionDenied = errors.New("publish permission violation")
 	// ErrTooLarge is wrapped by the Permanent error of a record larger than
 	// Options.MaxRecordBytes or the server's max_payload.
-	ErrTooLarge = errors.New("record too large")
+	ErrTooLarge = fmt.Errorf("record too large (%w)", intake.ErrRecordRefused)
 	// ErrMisconfigured is wrapped by every Verify refusal: the stream exists
 	// and answered, but a setting is wrong.
 	ErrMisconfigured = errors.New("intake stream misconfigured")

@@ -36,7 +36,9 @@ func classify(what, topic string, err error) error {
 	case kafkaclient.KindNoTopic:
 		return &intake.Error{Class: intake.NotFound,
 			Err: fmt.Errorf("kafka intake %s: topic %q (or the partition) does not exist; Ankusa never creates topics: %w", what, topic, err)}
-	case kafkaclient.KindRecordRefused, kafkaclient.KindNotAuthorized:
+	case kafkaclient.KindRecordRefused:
+		return &intake.Error{Class: intake.Permanent, Err: fmt.Errorf("kafka intake %s on topic %q: %w (%w)", what, topic, err, intake.ErrRecordRefused)}
+	case kafkaclient.KindNotAuthorized:
 		return &intake.Error{Class: intake.Permanent, Err: fmt.Errorf("kafka intake %s on topic %q: %w", what, topic, err)}
 	}
 	return &intake.Error{Class: intake.Unavailable, Err: fmt.Errorf("kafka intake %s on topic %q: %w", what, topic, err)}

@@ -32,7 +32,7 @@ var ErrNoPartition = errors.New("kafka intake: no partition stamped for this nod
 
 // ErrTooLarge is wrapped by the Permanent error of a record that cannot fit
 // a record batch of at most the producer's batch cap (Options.MaxRecordBytes).
-var ErrTooLarge = errors.New("record too large")
+var ErrTooLarge = fmt.Errorf("record too large (%w)", intake.ErrRecordRefused)
 
 // ErrAckLost is wrapped by the Unavailable error of a publish whose ctx
 // ended before every record's outcome was known: some may have landed.

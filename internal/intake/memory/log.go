@@ -26,7 +26,7 @@ var ErrClosed = intake.ErrClosed
 
 // ErrTooLarge is wrapped by the Permanent error of a record whose frame is
 // larger than Options.MaxRecordBytes.
-var ErrTooLarge = errors.New("record too large")
+var ErrTooLarge = fmt.Errorf("record too large (%w)", intake.ErrRecordRefused)
 
 // nodePattern restricts node ids to what is safe in a file name (a superset
 // of the intake.node_id rule).
