@@ -28,6 +28,11 @@ type dualGroup struct {
 	localIn, logIn   bool
 	localErr, logErr error
 	positions        []intake.Position // per record, when the log confirmed
+	// refused are the seqs of records the log refused on their own
+	// (intake.ErrRecordRefused, recErr) while it took the rest: logErr is
+	// nil, their positions are not valid, their callers are answered 503.
+	refused map[uint64]bool
+	recErr  error
 }
 
 // begin registers the group's entries and starts its publish.
@@ -48,9 +53,10 @@ func (g *dualGroup) local(err error) {
 	}
 }
 
-func (g *dualGroup) log(pos []intake.Position, err error) {
+func (g *dualGroup) log(pos []intake.Position, err error, refused map[uint64]bool, recErr error) {
 	g.mu.Lock()
 	g.logIn, g.logErr, g.positions = true, err, pos
+	g.refused, g.recErr = refused, recErr
 	both := g.localIn
 	g.mu.Unlock()
 	if both {
@@ -78,7 +84,11 @@ func (g *dualGroup) resolve() {
 		if g.localErr == nil {
 			e.localDone = true
 		}
-		if g.logErr == nil {
+		switch {
+		case g.logErr != nil:
+		case g.refused[e.seq]:
+			e.stuck = true // Permanent: the reconciler retries it, never drops it
+		default:
 			e.logDone = true
 			e.pos = g.positions[i]
 		}
@@ -98,11 +108,16 @@ func (g *dualGroup) resolve() {
 		err = fmt.Errorf("%w: %w", ErrIntakeUnavailable, g.logErr)
 	}
 	for _, r := range g.replies {
-		if err != nil {
+		switch {
+		case err != nil:
 			// Every record of the group exists in one half (or is an in-group
 			// duplicate of one that does): carried, not refused.
 			d.answer(r.it, outcome{err: &CarriedError{ID: r.res.ID, Err: err}})
-		} else {
+		case g.refused[r.need]:
+			// Its record (or, for an in-group duplicate, its original's) is
+			// stored and carried, but not in the log.
+			d.answer(r.it, outcome{err: &CarriedError{ID: r.res.ID, Err: fmt.Errorf("%w: %w", ErrIntakeUnavailable, g.recErr)}})
+		default:
 			d.answer(r.it, outcome{res: r.res})
 		}
 	}

@@ -124,12 +124,32 @@ func (p *publisher) publish(jobs []*dualGroup, all []intake.Record) []intake.Rec
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.d.opts.PublishTimeout)
-	start := time.Now()
-	pos, err := publish(ctx, p.d.in, all)
-
-	cancel()
-	p.d.observePublish(time.Since(start), err)
+	// One publish, split only if the log refuses one of its records
+	// (publishIsolating): the merged groups' other records are confirmed
+	// and their callers acked, and only the refused records' callers are
+	// answered 503, carried and stuck.
+	pos := make([]intake.Position, len(all))
+	var recErr error
+	refusedAt, err := publishIsolating(context.Background(), all, func(ctx context.Context, lo int, sub []intake.Record) error {
+		ctx, cancel := context.WithTimeout(ctx, p.d.opts.PublishTimeout)
+		start := time.Now()
+		got, err := publish(ctx, p.d.in, sub)
+		cancel()
+		p.d.observePublish(time.Since(start), err)
+		if err != nil {
+			recErr = err
+			return err
+		}
+		copy(pos[lo:], got)
+		return nil
+	})
+	var refused map[uint64]bool
+	if err == nil && len(refusedAt) > 0 {
+		refused = make(map[uint64]bool, len(refusedAt))
+		for _, i := range refusedAt {
+			refused[all[i].Seq] = true
+		}
+	}
 	off := 0
 	for _, g := range jobs {
 		var gp []intake.Position
@@ -137,7 +157,7 @@ func (p *publisher) publish(jobs []*dualGroup, all []intake.Record) []intake.Rec
 			gp = pos[off : off+g.recs]
 		}
 		off += g.recs
-		g.log(gp, err)
+		g.log(gp, err, refused, recErr)
 	}
 	return all
 }

@@ -241,3 +241,36 @@ func TestReconciler_ALogRefusalIsNotSplit(t *testing.T) {
 		t.Fatalf("publishes refused Permanent in the pass = %d, want 1 (unsplit)", got)
 	}
 }
+
+// On the commit path: one group holds a record the log refuses and two it
+// takes. Only the refused record's caller is answered 503 (carried, stuck);
+// the two others are acked, and the log is not counted down for it.
+func TestDual_ARecordTheLogRefusesFailsOnlyItsOwnCaller(t *testing.T) {
+	lg := openSmallLog(t)
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{Logger: testutil.Logger(t), MaxBatch: 3, MaxDelay: 10 * time.Second,
+		Dual: &queue.DualOptions{
+			Intake: lg, Node: "node-a", PublishTimeout: time.Second, BreakerFailures: 1, Probe: time.Hour,
+			ReconcileEvery: -1, ReconcileDeadline: time.Hour,
+		}})
+	a := submitAsync(q, rec("a", "evt_a"))
+	big := submitAsync(q, rec(bigBody, "evt_big"))
+	b := submitAsync(q, rec("b", "evt_b"))
+	for _, c := range []chan submitted{a, b} {
+		if s := answer(t, c); s.err != nil {
+			t.Fatalf("a record the log takes, grouped with one it refuses: %v, want 201", s.err)
+		}
+	}
+	if s := answer(t, big); !errors.Is(s.err, queue.ErrIntakeUnavailable) {
+		t.Fatalf("the refused record: %+v %v, want intake_unavailable", s.res, s.err)
+	}
+	st2, _ := q.Dual()
+	if st2.Pending.Records != 1 || st2.Pending.Stuck != 1 || lg.Published() != 2 {
+		t.Fatalf("pending %d stuck %d log %d; want 1, 1, 2", st2.Pending.Records, st2.Pending.Stuck, lg.Published())
+	}
+	// A refused record is not the log's outage: with breaker_failures 1 the
+	// gate would be open now if it had counted.
+	if _, err := q.Submit(context.Background(), rec("c", "")); err != nil {
+		t.Fatalf("the next hook: %v, want 201 (the breaker must not count a refused record)", err)
+	}
+}
