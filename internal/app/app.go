@@ -536,8 +536,17 @@ func (in *Instance) StartContext(ctx context.Context) error {
 		}
 	}
 	// Hooks the log refused at the republish stay pending, stuck: the
-	// reconciler retries them and the watermark stays below them.
-	if err := in.queue.Carry(carry); err != nil {
+	// reconciler retries them and the watermark stays below them. A dual
+	// boot without the republish carries every hook above the watermark
+	// instead, for the same reason.
+	refused := true
+	if in.intake != nil && !recover {
+		if carry, err = queue.UnconfirmedHooks(in.store, in.cfg.Intake.Pending.MaxRecords); err != nil {
+			return fmt.Errorf("boot: %w", err)
+		}
+		refused = false
+	}
+	if err := in.queue.Carry(carry, refused); err != nil {
 		return fmt.Errorf("boot recovery: %w", err)
 	}
 	if in.settler != nil {

@@ -187,6 +187,24 @@ type Intake interface {
 // Intake (errors.Is(err, intake.ErrClosed)).
 var ErrClosed = errors.New("intake is closed")
 
+// recordFixedBound bounds what any adapter's own size check adds to a
+// record's Value and variable header values: the header names, the seq and
+// id as text, length varints, a Kafka record's and batch's framing, a NATS
+// message's header block and Nats-Msg-Id. Each adapter's check stays under
+// it (the contract suite's RecordAtTheBoundIsAccepted).
+const recordFixedBound = 512
+
+// RecordBound is an upper bound of the size every adapter compares with
+// its record limit (intake.max_record_bytes) for r with a Value of
+// valueLen bytes (r.Value itself is not read). The queue refuses a record
+// above it before either half (ADR section 3, "record too large"), so a
+// record it admits is never refused by an adapter's own size check.
+func RecordBound(r *Record, valueLen int) int64 {
+	// The node twice: Kafka's record key is the node id too.
+	return int64(recordFixedBound + valueLen + len(r.Version) + len(r.Kind) + 2*len(r.Node) +
+		len(r.Incarnation) + len(r.Tenant) + len(r.Source))
+}
+
 // ErrRecordRefused is wrapped by a Permanent error that is about one record
 // of the batch (larger than the log takes, malformed), not about the log:
 // the batch's other records may be published without it. The queue splits

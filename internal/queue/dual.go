@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/store"
 )
 
 // Refusals of wal.type: dual. Neither means the hook was stored as acked.
@@ -27,6 +28,20 @@ var (
 	// both places. 503 with Retry-After: 1 — never a 201 duplicate.
 	ErrIntakePending = errors.New("queue: intake pending")
 )
+
+// recordBound is intake.RecordBound of r's log record: its envelope's exact
+// encoded size (store.EnvelopeSize) framed as this node's record.
+func (d *dualState) recordBound(r *Record) int64 {
+	env := store.Envelope{
+		Tenant: r.Tenant, Source: r.Source, ContentType: r.ContentType, DedupeKey: r.DedupeKey,
+		Headers: r.Headers, Body: r.Body,
+	}
+	rec := intake.Record{
+		Version: intake.RecordVersion, Kind: intake.KindHook, Node: d.node, Incarnation: d.incarnation,
+		Tenant: r.Tenant, Source: r.Source,
+	}
+	return intake.RecordBound(&rec, store.EnvelopeSize(&env))
+}
 
 // envelopeOverhead bounds what an envelope adds to a record's size.
 const envelopeOverhead = 256

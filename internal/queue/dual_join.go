@@ -23,6 +23,7 @@ type dualGroup struct {
 	replies []pendingReply
 	entries []*pendingEntry // parallel to replies; nil for an in-group duplicate
 	recs    int             // the non-nil entries: the records it publishes
+	probe   bool            // the gate's half-open probe (gate invariant G1)
 
 	mu               sync.Mutex
 	localIn, logIn   bool
@@ -36,8 +37,8 @@ type dualGroup struct {
 }
 
 // begin registers the group's entries and starts its publish.
-func (d *dualState) begin(replies []pendingReply, entries []*pendingEntry) *dualGroup {
-	g := &dualGroup{d: d, replies: replies, entries: entries}
+func (d *dualState) begin(replies []pendingReply, entries []*pendingEntry, probe bool) *dualGroup {
+	g := &dualGroup{d: d, replies: replies, entries: entries, probe: probe}
 	g.recs = d.pending.add(entries)
 	d.pub.submit(g)
 	return g
@@ -64,14 +65,33 @@ func (g *dualGroup) log(pos []intake.Position, err error, refused map[uint64]boo
 	}
 }
 
+// confirmedAny reports whether the log confirmed at least one of g's
+// records (some were refused on their own).
+func (g *dualGroup) confirmedAny() bool {
+	for _, e := range g.entries {
+		if e != nil && !g.refused[e.seq] {
+			return true
+		}
+	}
+	return false
+}
+
 // resolve answers the callers from the pair of outcomes (ADR section 3).
 // A record whose halves did not both succeed stays in the pending set,
 // carried: the reconciler completes it; nothing is undone.
 func (g *dualGroup) resolve() {
 	d := g.d
-	d.gate.result(g.logErr == nil, d.now())
-	if g.logErr != nil {
+	switch {
+	case g.logErr != nil:
+		d.gate.result(false, d.now())
 		d.hold(g.logErr)
+	case len(g.refused) == 0 || g.confirmedAny():
+		d.gate.result(true, d.now())
+	case g.probe:
+		// Every record refused on its own (adapters refuse an oversized
+		// record before they reach the log): the log's health is unknown,
+		// so the probe reports nothing and gives its slot back (G1).
+		d.gate.release()
 	}
 	carried := false
 	d.pending.mu.Lock()
@@ -87,7 +107,9 @@ func (g *dualGroup) resolve() {
 		switch {
 		case g.logErr != nil:
 		case g.refused[e.seq]:
-			e.stuck = true // Permanent: the reconciler retries it, never drops it
+			// Permanent: the reconciler retries it (after refusedRetry),
+			// never drops it.
+			e.stuck, e.retryAt = true, d.now().Add(refusedRetry)
 		default:
 			e.logDone = true
 			e.pos = g.positions[i]

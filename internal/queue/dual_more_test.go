@@ -610,7 +610,7 @@ func TestDual_GroupPassesPerItemIntakeResults(t *testing.T) {
 	// The writer waits for two records (the delay is only an upper bound),
 	// so both land in one group.
 	e, obs := newRCDual(t, queue.Options{MaxBatch: 2, MaxDelay: 10 * time.Second}, func(d *queue.DualOptions) {
-		d.MaxRecordBytes = 500 // "small" costs 341 with the envelope, the other 736
+		d.MaxRecordBytes = 800 // "small" is under it with its envelope and framing (intake.RecordBound: about 700), the other is over
 	})
 	big := submitAsync(e.q, rec(strings.Repeat("x", 400), ""))
 	small := submitAsync(e.q, rec("small", ""))

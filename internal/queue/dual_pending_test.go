@@ -61,7 +61,7 @@ func TestDual_PendingBytesCountTheEnvelopeOnce(t *testing.T) {
 func TestDual_ALargestRecordFitsAnEmptyPendingSet(t *testing.T) {
 	const limit = 8 << 10
 	e := newDual(t, func(d *queue.DualOptions) { d.PendingMaxBytes, d.MaxRecordBytes = limit, limit })
-	body := strings.Repeat("x", limit-400) // under the record limit with the envelope's fixed fields
+	body := strings.Repeat("x", limit-1024) // under the record limit with the envelope and the record's framing (intake.RecordBound)
 	if a := answer(t, submitAsync(e.q, rec(body, ""))); a.err != nil {
 		t.Fatalf("a record under max_record_bytes into an empty pending set: %v", a.err)
 	}

@@ -138,11 +138,16 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 		return time.Time{}
 	}
 	var needLocal, needLog []*pendingEntry
+	now := r.d.now()
 	r.d.pending.mu.Lock()
 	for _, e := range es {
-		if !e.localDone {
+		switch {
+		case !e.localDone:
 			needLocal = append(needLocal, e)
-		} else if !e.logDone {
+		case e.logDone:
+		case e.retryAt.After(now):
+			// Refused by the log on its own a moment ago (refusedRetry).
+		default:
 			needLog = append(needLog, e)
 		}
 	}
@@ -236,7 +241,7 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 		for i, e := range chunk {
 			if ri < len(refused) && refused[ri] == i {
 				ri++
-				e.stuck = true
+				e.stuck, e.retryAt = true, r.d.now().Add(refusedRetry)
 				continue
 			}
 			e.logDone, e.stuck = true, false
@@ -261,9 +266,11 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 // "201 duplicate" from the stored dedupe row while the log lacks the hook
 // (ack rule 2). Call it after Reload and before Start; a no-op under
 // wal.type: disk. A seq with no hook row (delivered and gone since) is
-// skipped. An error: a store failure, or more records than the pending set
+// skipped. refused says the log refused them (they start stuck); false:
+// their log half is unknown (UnconfirmedHooks), the reconciler publishes
+// them. An error: a store failure, or more records than the pending set
 // holds (intake.pending), which the boot reports as it is.
-func (q *Queue) Carry(seqs []uint64) error {
+func (q *Queue) Carry(seqs []uint64, refused bool) error {
 	d := q.writer.dual
 	if d == nil || len(seqs) == 0 {
 		return nil
@@ -284,11 +291,14 @@ func (q *Queue) Carry(seqs []uint64) error {
 		}
 		e := &pendingEntry{
 			seq: seq, id: env.ID, firstAt: time.Unix(0, env.ReceivedAt), size: int64(len(v)),
-			localDone: true, stuck: true,
+			localDone: true, stuck: refused,
 			rec: intake.Record{
 				Version: intake.RecordVersion, Kind: intake.KindHook, Node: d.node, Seq: seq, ID: env.ID,
 				Incarnation: d.incarnation, Tenant: env.Tenant, Source: env.Source, Value: v,
 			},
+		}
+		if refused {
+			e.retryAt = d.now().Add(refusedRetry) // the republish was just refused
 		}
 		if env.DedupeKey != "" {
 			e.dedupe = string(store.DedupeKey(env.Tenant, env.Source, env.DedupeKey))
@@ -301,4 +311,30 @@ func (q *Queue) Carry(seqs []uint64) error {
 	}
 	d.pending.add(es)
 	return nil
+}
+
+// UnconfirmedHooks returns the seqs of the stored hooks above the stored
+// watermark: none of them is known to be in the log. A dual boot that runs
+// no republish (intake.recover_on_boot: false) carries them (Carry), so
+// the writer's first mark flush cannot move the watermark past a hook the
+// log may lack. A store with no watermark row (never booted under dual)
+// has none: its first dual boot's republish covers it. More than max is an
+// error: the pending set could not hold them.
+func UnconfirmedHooks(st *store.Store, max int) ([]uint64, error) {
+	wm, ok, err := st.IntakeSeq()
+	if err != nil || !ok {
+		return nil, err
+	}
+	var seqs []uint64
+	err = st.ScanHooksFrom(wm+1, func(seq uint64, _ []byte) bool {
+		seqs = append(seqs, seq)
+		return len(seqs) <= max
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hooks above the watermark: %w", err)
+	}
+	if len(seqs) > max {
+		return nil, fmt.Errorf("more than %d hooks above the watermark %d (intake.pending.max_records): run ankusa recover, or boot with intake.recover_on_boot: true", max, wm)
+	}
+	return seqs, nil
 }

@@ -31,7 +31,10 @@ type pendingEntry struct {
 	pos       intake.Position // valid when logDone
 	inflight  bool            // the commit's own halves have not both answered
 	stuck     bool            // permanent class: retried, never dropped
-	claim     ClaimHolder     // a held fleet claim (claims.go), or nil
+	// retryAt: the log refused this record on its own (ErrRecordRefused);
+	// the reconciler leaves it until then (refusedRetry).
+	retryAt time.Time
+	claim   ClaimHolder // a held fleet claim (claims.go), or nil
 }
 
 // pendingSet indexes carried and in-flight records by seq, id and dedupe
@@ -72,6 +75,13 @@ func (p *pendingSet) room(n int, size, own int64) bool {
 	}
 	return p.bytes+size <= p.maxBytes || (len(p.bySeq) == 0 && n == 1 && own <= p.maxBytes)
 }
+
+// refusedRetry is how long the reconciler leaves a record the log refused
+// on its own before it tries it again. Only an operator's change (a larger
+// topic or stream limit) lets it in, so trying it every pass would only
+// load the log: a hundred such records cost 199 publishes per pass (the
+// split), about 4 000 a second at the default reconcile interval.
+const refusedRetry = 30 * time.Second
 
 // pendingRowBytes is what the room check reckons for each row of a hook
 // besides its envelope (a key, and a delivery row's value), as batchSize

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,7 +120,7 @@ func TestDual_ACarriedRefusedRecordHoldsItsKeyAndTheWatermark(t *testing.T) {
 	if err := dq.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if err := dq.Carry(sum.Refused); err != nil {
+	if err := dq.Carry(sum.Refused, true); err != nil {
 		t.Fatal(err)
 	}
 	dq.Start()
@@ -272,5 +273,123 @@ func TestDual_ARecordTheLogRefusesFailsOnlyItsOwnCaller(t *testing.T) {
 	// gate would be open now if it had counted.
 	if _, err := q.Submit(context.Background(), rec("c", "")); err != nil {
 		t.Fatalf("the next hook: %v, want 201 (the breaker must not count a refused record)", err)
+	}
+}
+
+// refusingLog refuses a record over logMax on its own, before anything
+// reaches the log, as every adapter does with its own size check; while
+// down it answers every other publish Unavailable.
+type refusingLog struct {
+	intake.Intake
+	down atomic.Bool
+}
+
+func (l *refusingLog) PublishBatch(ctx context.Context, recs []intake.Record) (intake.Position, error) {
+	for i, r := range recs {
+		if len(r.Value) > logMax {
+			return -1, intake.Errorf(intake.Permanent, "test log: record %d is %d bytes: %w", i, len(r.Value), intake.ErrRecordRefused)
+		}
+	}
+	if l.down.Load() {
+		return -1, intake.Errorf(intake.Unavailable, "test log: down")
+	}
+	return l.Intake.PublishBatch(ctx, recs)
+}
+
+// The gate's half-open probe is a group whose only record the log refuses
+// on its own: that says nothing about the log, so the gate stays open (the
+// probe gives its slot back) instead of closing while the log is down.
+func TestDual_AProbeOfOnlyARefusedRecordDoesNotCloseTheGate(t *testing.T) {
+	lg := &refusingLog{Intake: openLog(t, filepath.Join(t.TempDir(), "intake"))}
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{Logger: testutil.Logger(t), MaxBatch: 1,
+		Dual: &queue.DualOptions{
+			Intake: lg, Node: "node-a", PublishTimeout: time.Second, BreakerFailures: 1, Probe: time.Nanosecond,
+			ReconcileEvery: -1, ReconcileDeadline: time.Hour,
+		}})
+	lg.down.Store(true)
+	if _, err := q.Submit(context.Background(), rec("a", "")); !errors.Is(err, queue.ErrIntakeUnavailable) {
+		t.Fatalf("while the log is down: %v, want intake_unavailable", err)
+	}
+	if s, _ := q.Dual(); !s.GateOpen {
+		t.Fatal("the gate is not open after a failed publish with breaker_failures 1")
+	}
+	if _, err := q.Submit(context.Background(), rec(bigBody, "")); !errors.Is(err, queue.ErrIntakeUnavailable) {
+		t.Fatalf("the probe, one refused record: %v, want intake_unavailable", err)
+	}
+	if s, _ := q.Dual(); !s.GateOpen {
+		t.Fatal("a probe whose only record was refused closed the gate while the log is still down")
+	}
+	lg.down.Store(false)
+	if _, err := q.Submit(context.Background(), rec("b", "")); err != nil {
+		t.Fatalf("the next probe, the log back: %v, want 201", err)
+	}
+	if s, _ := q.Dual(); s.GateOpen {
+		t.Fatal("a confirmed probe did not close the gate")
+	}
+}
+
+// The queue's record limit and the log's are the same number: every record
+// the queue admits must fit the log, so a record near the limit is either
+// acked or refused before either half (nothing stored), never stored and
+// then refused by the log (carried, stuck, its caller a 503). Long tenant
+// and source names are framing the old estimate left out.
+func TestDual_TheQueueAdmitsOnlyWhatTheLogTakes(t *testing.T) {
+	const limit = 4096
+	lg, err := memory.Open(memory.Options{Dir: filepath.Join(t.TempDir(), "intake"), Node: "node-a", MaxRecordBytes: limit, Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lg.Close() })
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{Logger: testutil.Logger(t), Dual: &queue.DualOptions{
+		Intake: lg, Node: "node-a", PublishTimeout: time.Second, BreakerFailures: 1000, Probe: time.Hour,
+		ReconcileEvery: -1, ReconcileDeadline: time.Hour, MaxRecordBytes: limit,
+	}})
+	acked := 0
+	for _, names := range []int{7, 64, 128} {
+		for body := limit - 1200; body <= limit; body += 16 {
+			r := rec(strings.Repeat("b", body), "")
+			r.Tenant, r.Source = strings.Repeat("t", names), strings.Repeat("s", names)
+			_, err := q.Submit(context.Background(), r)
+			if _, carried := queue.Carried(err); carried {
+				t.Fatalf("tenant and source of %d bytes, body %d: stored, then refused by the log: %v", names, body, err)
+			}
+			if err == nil {
+				acked++
+			}
+		}
+	}
+	if acked == 0 {
+		t.Fatal("no record within 1 200 bytes of the limit was acked: the bound refuses too much")
+	}
+}
+
+// A record the log refused on its own is left for refusedRetry (30 s)
+// before the reconciler tries it again: only an operator's change lets it
+// in, and trying it on every pass only loads the log.
+func TestReconciler_ARefusedRecordIsRetriedAfterABackoffNotEveryPass(t *testing.T) {
+	clock := newRCClock()
+	ci := &countingIntake{Intake: &refusingLog{Intake: openLog(t, filepath.Join(t.TempDir(), "intake"))}}
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, st, queue.Options{Logger: testutil.Logger(t), Now: clock.now, Dual: &queue.DualOptions{
+		Intake: ci, Node: "node-a", PublishTimeout: time.Second, BreakerFailures: 100, Probe: time.Hour,
+		ReconcileEvery: -1, ReconcileDeadline: time.Hour,
+	}})
+	if _, err := q.Submit(context.Background(), rec(bigBody, "")); !errors.Is(err, queue.ErrIntakeUnavailable) {
+		t.Fatalf("a record the log refuses: %v, want intake_unavailable", err)
+	}
+	calls := ci.calls
+	q.Reconcile(context.Background())
+	if ci.calls != calls {
+		t.Fatalf("a pass right after the refusal published %d times, want 0", ci.calls-calls)
+	}
+	clock.advance(31 * time.Second)
+	q.Reconcile(context.Background())
+	if ci.calls != calls+1 {
+		t.Fatalf("a pass after the backoff published %d times, want 1", ci.calls-calls)
+	}
+	if s, _ := q.Dual(); s.Pending.Records != 1 || s.Pending.Stuck != 1 {
+		t.Fatalf("pending %d stuck %d, want 1 and 1 (never dropped)", s.Pending.Records, s.Pending.Stuck)
 	}
 }

@@ -415,9 +415,10 @@ func (w *writer) duplicate(g *commitGroup, it *item, uk []byte) bool {
 // written), a record too large for the log or one the pending set has no
 // room for. It reports whether it refused.
 func (w *writer) refuseDual(g *commitGroup, it *item) bool {
-	// it.size covers body, headers and keys; the envelope adds a fixed
-	// few dozen bytes.
-	if it.size+envelopeOverhead > w.dual.maxRecord {
+	// The bound every adapter's own size check stays under: a record
+	// admitted here is never stored and then refused by the log for its
+	// size (which would carry it stuck, its caller a 503).
+	if w.dual.recordBound(it.rec) > w.dual.maxRecord {
 		w.dual.obs.IntakeRefused("record_too_large")
 		w.b.answer(it, outcome{err: w.dual.unavailable})
 		return true
@@ -547,7 +548,7 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 			// Both halves are issued together: the publish starts before the
 			// local apply, and from here on every record is carried to
 			// completion (ADR section 3), never undone.
-			join = w.dual.begin(g.replies, g.entries)
+			join = w.dual.begin(g.replies, g.entries, probe)
 		}
 		if err := w.st.Apply(g.batch); err != nil {
 			w.opts.Observer.Group(records, written, time.Since(g.start))

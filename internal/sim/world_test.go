@@ -363,7 +363,7 @@ func (w *world) boot() error {
 		return w.bootFail(n, fmt.Errorf("queue: %w", err))
 	}
 	// As the app does: what the republish could not place stays pending.
-	if err := q.Carry(carry); err != nil {
+	if err := q.Carry(carry, true); err != nil {
 		return w.bootFail(n, fmt.Errorf("carry: %w", err))
 	}
 	d = dispatch.New(st, dispatch.Options{

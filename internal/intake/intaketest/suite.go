@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,6 +59,7 @@ func Run(t *testing.T, factory Factory, lim Limits) {
 	t.Run("VerifyPassesOnHealthyLog", func(t *testing.T) { testVerify(t, factory) })
 	t.Run("ErrorClasses", func(t *testing.T) { testErrorClasses(t, factory) })
 	t.Run("OversizeRecordIsPermanentAndWritesNothing", func(t *testing.T) { testOversize(t, factory, lim) })
+	t.Run("RecordAtTheBoundIsAccepted", func(t *testing.T) { testAtBound(t, factory, lim) })
 	t.Run("EndedContextIsHonoured", func(t *testing.T) { testContext(t, factory) })
 	t.Run("CloseIsIdempotentAndLaterCallsFail", func(t *testing.T) { testClose(t, factory) })
 }
@@ -456,6 +458,29 @@ func testOversize(t *testing.T, factory Factory, lim Limits) {
 	expectAfter := []intake.Record{NewRecord(node, 3)}
 	publish(t, in, expectAfter...)
 	expect(t, ReplayAll(t, in, -1), expectAfter)
+}
+
+// testAtBound: a record whose intake.RecordBound is exactly the limit —
+// long tenant, source and incarnation, the rest of the room in its value —
+// is accepted: the queue admits up to that bound (ADR section 3: a record
+// too large is refused before either half, never stored and then refused
+// by the log).
+func testAtBound(t *testing.T, factory Factory, lim Limits) {
+	node := nodeID("a")
+	in := factory(t, node)
+	r := NewRecord(node, 1)
+	r.Tenant, r.Source = strings.Repeat("t", 128), strings.Repeat("s", 128)
+	r.Incarnation = strings.Repeat("i", 64)
+	n := lim.MaxRecordBytes - intake.RecordBound(&r, 0)
+	if n <= 0 {
+		t.Fatalf("Limits.MaxRecordBytes %d leaves no room for a value", lim.MaxRecordBytes)
+	}
+	r.Value = bytes.Repeat([]byte{0x5A}, int(n))
+	if got := intake.RecordBound(&r, len(r.Value)); got != lim.MaxRecordBytes {
+		t.Fatalf("bound %d, want %d", got, lim.MaxRecordBytes)
+	}
+	publish(t, in, r)
+	expect(t, ReplayAll(t, in, -1), []intake.Record{r})
 }
 
 // testContext: a call whose ctx has ended returns promptly with a transient
