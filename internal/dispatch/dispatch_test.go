@@ -41,6 +41,8 @@ func newScripted(script ...error) *scriptedSink {
 }
 
 func (s *scriptedSink) Deliver(ctx context.Context, m *sink.Message) error {
+	mc := *m // the dispatcher reuses m after Deliver returns (sink.Sink)
+	m = &mc
 	s.mu.Lock()
 	block := s.block
 	s.mu.Unlock()
