@@ -185,6 +185,12 @@ type E2EResult struct {
 	// drain, in cores, as in Result; -1 when unknown. CPU is this process:
 	// the instance and the receiver; ClientCPU the child load generator.
 	CPU, ClientCPU, OtherCPU float64
+	// CPUPerHook is this process's CPU from the first post to the end of
+	// the drain per acked hook (its ingest and its delivery, and the
+	// receiver's side); AllocsPerHook and AllocBytesPerHook its heap
+	// allocations over the same span. 0 when unknown.
+	CPUPerHook                       time.Duration
+	AllocsPerHook, AllocBytesPerHook float64
 }
 
 // OK reports whether every acked hook was delivered.
@@ -329,9 +335,11 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	var okc0, okb0, okc1, okb1 bool
 	var ingestEnd time.Time
 	var receivedAtEnd int
+	var a0 allocSnap
 	var ccpu0, ccpu1 time.Duration
 	var okcc0, okcc1 bool
 	l, err := postChild(ctx, argv, url, o.Clients, o.Hooks, o.BodyBytes, func(pid int) {
+		a0 = readAllocs()
 		cpu0, okc0 = processCPU()
 		busy0, okb0 = hostBusy()
 		ccpu0, okcc0 = childCPU(pid)
@@ -382,6 +390,14 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 		}
 	}
 	cpu1, okc1 = processCPU()
+	a1 := readAllocs()
+	if res.Acked > 0 {
+		res.AllocsPerHook = float64(a1.objects-a0.objects) / float64(res.Acked)
+		res.AllocBytesPerHook = float64(a1.bytes-a0.bytes) / float64(res.Acked)
+		if okc0 && okc1 {
+			res.CPUPerHook = (cpu1 - cpu0) / time.Duration(res.Acked)
+		}
+	}
 	busy1, okb1 = hostBusy()
 	end := time.Now()
 	if secs := end.Sub(begin).Seconds(); okc0 && okb0 && okc1 && okb1 && secs > 0 {
@@ -565,6 +581,9 @@ func PrintE2E(w io.Writer, r E2EResult) {
 		fmt.Fprintf(w, "  cpu=%.2f client_cpu=%.2f other_cpu=%.2f", r.CPU, r.ClientCPU, r.OtherCPU)
 	}
 	fmt.Fprintln(w)
+	if r.AllocsPerHook > 0 {
+		fmt.Fprintf(w, "  per acked hook, this process (ingest + delivery + the receiver): cpu=%.1fus allocs=%.1f bytes=%.0f\n", float64(r.CPUPerHook)/1e3, r.AllocsPerHook, r.AllocBytesPerHook)
+	}
 	if r.OtherCPU > NoisyOtherCPU {
 		fmt.Fprintf(w, "WARNING: other work on the host took %.2f cores during the run; the rates are disturbed\n", r.OtherCPU)
 	}
