@@ -112,11 +112,21 @@ func (d *Dispatcher) collect(p *pass) error {
 			d.park(num, at)
 			return true
 		}
-		if _, ok := p.byNum[num]; !ok {
+		p.seen++ // every row walked counts toward the limit, kept or not
+		q, ok := p.byNum[num]
+		if !ok {
 			p.order = append(p.order, num)
 		}
-		p.byNum[num] = append(p.byNum[num], candidate{at, seq, num})
-		p.seen++
+		if len(q) >= p.free {
+			// roundRobin takes at most p.free of one sink, so the row is
+			// not kept; it stays due and the cursor at or below it. (Kept,
+			// the candidates of a backlog cost 1.3 KB per delivered hook
+			// at C=256, issue 14: every pass gathered 4×ScanBatch of them
+			// to claim the few slots an outcome batch had freed.)
+			p.leave(at)
+			return true
+		}
+		p.byNum[num] = append(q, candidate{at, seq, num})
 		return true
 	})
 }
