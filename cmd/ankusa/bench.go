@@ -149,7 +149,7 @@ func benchE2E(args []string) int {
 	clients := fs.Int("c", 256, "closed-loop clients posting them")
 	latency := fs.Duration("latency", 5*time.Millisecond, "how long the receiver waits before answering 200")
 	body := fs.Int("b", 1024, "request body size in bytes")
-	conc := fs.Int("dispatch-concurrency", 64, "dispatch.concurrency of the instance")
+	conc := fs.Int("dispatch-concurrency", config.Default().Dispatch.Concurrency, "dispatch.concurrency of the instance (default: the config's)")
 	modeFlag := fs.String("mode", "disk", "wal.type of the instance: disk or dual (intake.type=memory)")
 	confirmMs := fs.Int("confirm-ms", 5, "dual mode: the memory intake's confirm latency in ms")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the deliveries after the last post is answered")

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ankusa/ankusa/internal/app"
+	"github.com/ankusa/ankusa/internal/config"
 )
 
 // E2E defaults.
@@ -41,7 +42,8 @@ type E2EOptions struct {
 	Latency time.Duration
 	// BodyBytes is the size of every body [1024].
 	BodyBytes int
-	// DispatchConcurrency is dispatch.concurrency [64].
+	// DispatchConcurrency is dispatch.concurrency [the config's default, so
+	// the run measures what a user runs].
 	DispatchConcurrency int
 	// Mode is disk or dual [disk].
 	Mode Mode
@@ -85,7 +87,7 @@ func (o *E2EOptions) fill() {
 		o.BodyBytes = 1024
 	}
 	if o.DispatchConcurrency <= 0 {
-		o.DispatchConcurrency = 64
+		o.DispatchConcurrency = config.Default().Dispatch.Concurrency
 	}
 	if o.Mode == "" {
 		o.Mode = ModeDisk
