@@ -139,6 +139,10 @@ type E2EResult struct {
 	Delivered uint64
 	// Calls counts every request the receiver answered 200.
 	Calls uint64
+	// Connections counts the connections the receiver accepted: with
+	// keep-alive reuse at most DispatchConcurrency (more means the sink
+	// redialled).
+	Connections uint64
 	// Duplicates is Calls minus the distinct hooks they carried: deliveries
 	// of a hook already delivered (at-least-once allows them; they are
 	// reported, not failed).
@@ -279,8 +283,14 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	if err != nil {
 		return res, err
 	}
+	var conns atomic.Uint64
 	rsrv := &http.Server{Handler: rc, ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn)}
+		ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}}
 	// The receiver stands in for a remote service, but runs in this
 	// process: its goroutines (each connection's inherits the label) are
 	// labelled role=receiver, so a CPU profile tells its samples apart.
@@ -415,6 +425,7 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	// Compare acked with delivered.
 	rc.mu.Lock()
 	res.Calls = rc.calls
+	res.Connections = conns.Load()
 	res.Duplicates = rc.calls - uint64(len(rc.first))
 	ackedSet := make(map[string]struct{}, len(acks))
 	lat := make([]time.Duration, 0, len(acks))
@@ -578,7 +589,7 @@ func PrintE2E(w io.Writer, r E2EResult) {
 	}
 	fmt.Fprintf(w, "  201 -> delivered: p50=%s p99=%s; delivered before their 201 was read: %d (by up to %s)\n",
 		fmtDur(r.AckToDeliveryP50), fmtDur(r.AckToDeliveryP99), r.DeliveredBeforeAck, fmtDur(r.MaxLeadBeforeAck))
-	fmt.Fprintf(w, "  missing=%d  duplicates=%d  unknown=%d  receiver_calls=%d  reclaimed=%t", r.Missing, r.Duplicates, r.Unknown, r.Calls, r.Reclaimed)
+	fmt.Fprintf(w, "  missing=%d  duplicates=%d  unknown=%d  receiver_calls=%d  receiver_connections=%d  reclaimed=%t", r.Missing, r.Duplicates, r.Unknown, r.Calls, r.Connections, r.Reclaimed)
 	if r.CPU >= 0 {
 		fmt.Fprintf(w, "  cpu=%.2f client_cpu=%.2f other_cpu=%.2f", r.CPU, r.ClientCPU, r.OtherCPU)
 	}
