@@ -573,6 +573,16 @@ func PrintE2E(w io.Writer, r E2EResult) {
 		}
 	}
 	fmt.Fprintf(w, "; backlog when ingest ended: %d\n", r.BacklogAtIngestEnd)
+	if r.Acked > 0 {
+		// Delivered while ingest ran, per second of ingest, over ingest/s.
+		during := r.Acked - min(r.Acked, r.BacklogAtIngestEnd)
+		ratio := float64(during) / float64(r.Acked)
+		verdict := "MISS"
+		if ratio >= 0.9 {
+			verdict = "met"
+		}
+		fmt.Fprintf(w, "  during ingest: %d of %d acked hooks delivered = %.2fx of ingest/s [target >= 0.9x: %s]\n", during, r.Acked, ratio, verdict)
+	}
 	fmt.Fprintf(w, "  delivery:  %d delivered, drain %s (first post to last first-delivery) = %.0f delivered/s", r.Delivered, fmtSecs(r.Drain), r.DeliveredPerSec)
 	if r.Ceiling > 0 {
 		fmt.Fprintf(w, " (receiver ceiling %.0f/s = %.2fx of it)", r.Ceiling, r.DeliveredPerSec/r.Ceiling)
