@@ -107,33 +107,11 @@ func bench(args []string) int {
 		w = -1 // harness.Options: negative means no warmup, zero the default
 	}
 
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "ankusa bench: -cpuprofile: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(os.Stderr, "ankusa bench: -cpuprofile: %v\n", err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+	stopProfiles, ok := startProfiles("ankusa bench", *cpuprofile, *memprofile)
+	if !ok {
+		return 1
 	}
-
-	if *memprofile != "" {
-		f, err := os.Create(*memprofile)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "ankusa bench: -memprofile: %v\n", err)
-			return 1
-		}
-		defer func() {
-			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-				fmt.Fprintf(os.Stderr, "ankusa bench: -memprofile: %v\n", err)
-			}
-			_ = f.Close()
-		}()
-	}
+	defer stopProfiles()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -171,13 +149,15 @@ func benchE2E(args []string) int {
 	clients := fs.Int("c", 256, "closed-loop clients posting them")
 	latency := fs.Duration("latency", 5*time.Millisecond, "how long the receiver waits before answering 200")
 	body := fs.Int("b", 1024, "request body size in bytes")
-	conc := fs.Int("dispatch-concurrency", 64, "dispatch.concurrency of the instance")
+	conc := fs.Int("dispatch-concurrency", config.Default().Dispatch.Concurrency, "dispatch.concurrency of the instance (default: the config's)")
 	modeFlag := fs.String("mode", "disk", "wal.type of the instance: disk or dual (intake.type=memory)")
 	confirmMs := fs.Int("confirm-ms", 5, "dual mode: the memory intake's confirm latency in ms")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the deliveries after the last post is answered")
 	dir := fs.String("dir", "", "parent of the run's data dir (default: the temp dir); the run's dir is removed after")
 	parked := fs.Int("parked", 0, "first park this many hooks on a second source whose sink refuses every attempt (0: none)")
 	settle := fs.Duration("parked-settle", 20*time.Second, "with -parked: the wait after parking them, before the measured run")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (the receiver's samples are labelled role=receiver; the load generator is a child process, not in it)")
+	memprofile := fs.String("memprofile", "", "write an allocation profile of the run to this file at the end (go tool pprof -sample_index=alloc_space)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -205,6 +185,11 @@ func benchE2E(args []string) int {
 	if ps == 0 {
 		ps = -1 // as -latency: negative means none, zero the default
 	}
+	stopProfiles, ok := startProfiles("ankusa bench e2e", *cpuprofile, *memprofile)
+	if !ok {
+		return 1
+	}
+	defer stopProfiles()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r, err := harness.RunE2E(ctx, harness.E2EOptions{
@@ -240,4 +225,44 @@ func parseLevels(s string) ([]int, error) {
 		return nil, fmt.Errorf("no levels")
 	}
 	return out, nil
+}
+
+// startProfiles starts a CPU profile to cpu and arranges an allocation
+// profile to mem (either "" for none); stop ends the one and writes the
+// other. ok is false (the error printed) when a file cannot be written.
+func startProfiles(cmd, cpu, mem string) (stop func(), ok bool) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if cpu != "" {
+		f, err := os.Create(cpu)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: -cpuprofile: %v\n", cmd, err)
+			return stop, false
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			fmt.Fprintf(os.Stderr, "%s: -cpuprofile: %v\n", cmd, err)
+			return stop, false
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); _ = f.Close() })
+	}
+	if mem != "" {
+		f, err := os.Create(mem)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s: -memprofile: %v\n", cmd, err)
+			stop()
+			return func() {}, false
+		}
+		stops = append(stops, func() {
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				fmt.Fprintf(os.Stderr, "%s: -memprofile: %v\n", cmd, err)
+			}
+			_ = f.Close()
+		})
+	}
+	return stop, true
 }

@@ -153,8 +153,12 @@ func ClientMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	bodyBytes := fs.Int("b", 1024, "body bytes")
 	warmup := fs.Duration("warmup", time.Second, "warmup, excluded")
 	dur := fs.Duration("d", 10*time.Second, "measured window")
+	count := fs.Int("n", 0, "post this many hooks in all instead of a timed window, and print every 201's id (the e2e load generator)")
 	if err := fs.Parse(args); err != nil {
 		return 64
+	}
+	if *count > 0 && *url != "" && *clients > 0 && *bodyBytes > 0 {
+		return clientCountMain(ctx, *url, *clients, *count, *bodyBytes, stdout, stderr)
 	}
 	if *url == "" || *clients <= 0 || *bodyBytes <= 0 || *dur <= 0 || *warmup < 0 {
 		fmt.Fprintln(stderr, "ankusa bench client: -url is required; -c, -b, -d > 0; -warmup >= 0")

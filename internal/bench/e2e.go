@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ankusa/ankusa/internal/app"
+	"github.com/ankusa/ankusa/internal/config"
 )
 
 // E2E defaults.
@@ -40,7 +42,8 @@ type E2EOptions struct {
 	Latency time.Duration
 	// BodyBytes is the size of every body [1024].
 	BodyBytes int
-	// DispatchConcurrency is dispatch.concurrency [64].
+	// DispatchConcurrency is dispatch.concurrency [the config's default, so
+	// the run measures what a user runs].
 	DispatchConcurrency int
 	// Mode is disk or dual [disk].
 	Mode Mode
@@ -63,6 +66,9 @@ type E2EOptions struct {
 	Out io.Writer
 	// Logger is given to the instance; nil discards.
 	Logger *slog.Logger
+	// ClientArgv starts the child load generator (the harness appends its
+	// flags); empty means this executable with `bench client`.
+	ClientArgv []string
 }
 
 func (o *E2EOptions) fill() {
@@ -81,7 +87,7 @@ func (o *E2EOptions) fill() {
 		o.BodyBytes = 1024
 	}
 	if o.DispatchConcurrency <= 0 {
-		o.DispatchConcurrency = 64
+		o.DispatchConcurrency = config.Default().Dispatch.Concurrency
 	}
 	if o.Mode == "" {
 		o.Mode = ModeDisk
@@ -133,6 +139,10 @@ type E2EResult struct {
 	Delivered uint64
 	// Calls counts every request the receiver answered 200.
 	Calls uint64
+	// Connections counts the connections the receiver accepted: with
+	// keep-alive reuse at most DispatchConcurrency (more means the sink
+	// redialled).
+	Connections uint64
 	// Duplicates is Calls minus the distinct hooks they carried: deliveries
 	// of a hook already delivered (at-least-once allows them; they are
 	// reported, not failed).
@@ -177,9 +187,16 @@ type E2EResult struct {
 	// delivered and reclaimed.
 	TimedOut bool
 
-	// CPU and OtherCPU cover the first post to the end of the drain, in
-	// cores, as in Result; -1 when unknown.
-	CPU, OtherCPU float64
+	// CPU, ClientCPU and OtherCPU cover the first post to the end of the
+	// drain, in cores, as in Result; -1 when unknown. CPU is this process:
+	// the instance and the receiver; ClientCPU the child load generator.
+	CPU, ClientCPU, OtherCPU float64
+	// CPUPerHook is this process's CPU from the first post to the end of
+	// the drain per acked hook (its ingest and its delivery, and the
+	// receiver's side); AllocsPerHook and AllocBytesPerHook its heap
+	// allocations over the same span. 0 when unknown.
+	CPUPerHook                       time.Duration
+	AllocsPerHook, AllocBytesPerHook float64
 }
 
 // OK reports whether every acked hook was delivered.
@@ -251,7 +268,7 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 
 	res := E2EResult{
 		Mode: o.Mode, Hooks: o.Hooks, Clients: o.Clients, BodyBytes: o.BodyBytes, Latency: o.Latency,
-		DispatchConcurrency: o.DispatchConcurrency, CPU: -1, OtherCPU: -1,
+		DispatchConcurrency: o.DispatchConcurrency, CPU: -1, ClientCPU: -1, OtherCPU: -1,
 	}
 	if o.Mode == ModeDual {
 		res.Confirm = time.Duration(o.ConfirmMs) * time.Millisecond
@@ -266,9 +283,18 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	if err != nil {
 		return res, err
 	}
+	var conns atomic.Uint64
 	rsrv := &http.Server{Handler: rc, ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn)}
-	go func() { _ = rsrv.Serve(ln) }()
+		ErrorLog: slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}}
+	// The receiver stands in for a remote service, but runs in this
+	// process: its goroutines (each connection's inherits the label) are
+	// labelled role=receiver, so a CPU profile tells its samples apart.
+	go pprof.Do(context.Background(), pprof.Labels("role", "receiver"), func(context.Context) { _ = rsrv.Serve(ln) })
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -303,48 +329,55 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	}
 	fmt.Fprintln(o.Out)
 
-	body := makeBody(o.BodyBytes)
-	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: o.Clients,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
+	argv, err := e2eClientArgv(o.ClientArgv)
+	if err != nil {
+		return res, fmt.Errorf("bench e2e: %w", err)
 	}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
-
 	if o.Parked > 0 {
-		if err := postParked(ctx, o, &res, client, in.CatchURL(parkedSource), body); err != nil {
+		if err := postParked(ctx, o, &res, argv, in.CatchURL(parkedSource)); err != nil {
 			return res, err
 		}
 	}
 
+	// The load generator is a child process (as in `ankusa bench`), so its
+	// CPU and garbage are not the server's; the snapshots bracket its posts.
 	runtime.GC()
-	cpu0, okc0 := processCPU()
-	busy0, okb0 := hostBusy()
-	begin := time.Now()
-
-	workers := make([]e2eWorker, o.Clients)
-	postAll(ctx, workers, o.Hooks, func(_ int, w *e2eWorker) { w.post(ctx, client, url, body) })
-	ingestEnd := time.Now()
-	if err := ctx.Err(); err != nil {
-		return res, err
+	var cpu0, cpu1 time.Duration
+	var busy0, busy1 time.Duration
+	var okc0, okb0, okc1, okb1 bool
+	var ingestEnd time.Time
+	var receivedAtEnd int
+	var a0 allocSnap
+	var ccpu0, ccpu1 time.Duration
+	var okcc0, okcc1 bool
+	l, err := postChild(ctx, argv, url, o.Clients, o.Hooks, o.BodyBytes, func(pid int) {
+		a0 = readAllocs()
+		cpu0, okc0 = processCPU()
+		busy0, okb0 = hostBusy()
+		ccpu0, okcc0 = childCPU(pid)
+	}, func(pid int) {
+		receivedAtEnd = rc.distinct()
+		ingestEnd = time.Now()
+		// The child only prints after this: its CPU here is its whole run.
+		ccpu1, okcc1 = childCPU(pid)
+	})
+	if err != nil {
+		return res, fmt.Errorf("bench e2e: %w", err)
 	}
-
-	acks := make([]ack, 0, o.Hooks)
-	for i := range workers {
-		w := &workers[i]
-		acks = append(acks, w.acks...)
-		res.add(&w.Failures)
-	}
+	// The child's clock is this host's: its times compare with the
+	// receiver's (wall clock; neither carries this process's monotonic
+	// reading).
+	begin := l.begin
+	acks := l.acks
+	res.add(&l.Failures)
 	res.Acked = uint64(len(acks))
-	res.IngestTime = ingestEnd.Sub(begin)
+	res.IngestTime = l.end.Sub(begin)
 	if s := res.IngestTime.Seconds(); s > 0 {
 		res.IngestPerSec = float64(res.Acked) / s
 	}
-	res.BacklogAtIngestEnd = uint64(max(0, len(acks)-rc.distinct()))
+	res.BacklogAtIngestEnd = uint64(max(0, len(acks)-receivedAtEnd))
 	fmt.Fprintf(o.Out, "ingest done: %d acked, %d errors in %s; receiver has %d, waiting for the rest\n",
-		res.Acked, res.Errors, res.IngestTime.Round(time.Millisecond), rc.distinct())
+		res.Acked, res.Errors, res.IngestTime.Round(time.Millisecond), receivedAtEnd)
 
 	// Wait until every acked hook was delivered and the store is empty
 	// (every hook reclaimed: no attempt can still be pending, so the
@@ -368,17 +401,31 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 		case <-tick.C:
 		}
 	}
-	cpu1, okc1 := processCPU()
-	busy1, okb1 := hostBusy()
+	cpu1, okc1 = processCPU()
+	a1 := readAllocs()
+	if res.Acked > 0 {
+		res.AllocsPerHook = float64(a1.objects-a0.objects) / float64(res.Acked)
+		res.AllocBytesPerHook = float64(a1.bytes-a0.bytes) / float64(res.Acked)
+		if okc0 && okc1 {
+			res.CPUPerHook = (cpu1 - cpu0) / time.Duration(res.Acked)
+		}
+	}
+	busy1, okb1 = hostBusy()
 	end := time.Now()
 	if secs := end.Sub(begin).Seconds(); okc0 && okb0 && okc1 && okb1 && secs > 0 {
 		res.CPU = (cpu1 - cpu0).Seconds() / secs
-		res.OtherCPU = max(0, ((busy1-busy0)-(cpu1-cpu0)).Seconds()/secs)
+		other := (busy1 - busy0) - (cpu1 - cpu0)
+		if okcc0 && okcc1 {
+			res.ClientCPU = (ccpu1 - ccpu0).Seconds() / secs
+			other -= ccpu1 - ccpu0
+		}
+		res.OtherCPU = max(0, other.Seconds()/secs)
 	}
 
 	// Compare acked with delivered.
 	rc.mu.Lock()
 	res.Calls = rc.calls
+	res.Connections = conns.Load()
 	res.Duplicates = rc.calls - uint64(len(rc.first))
 	ackedSet := make(map[string]struct{}, len(acks))
 	lat := make([]time.Duration, 0, len(acks))
@@ -414,7 +461,7 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 		if s := res.Drain.Seconds(); s > 0 {
 			res.DeliveredPerSec = float64(res.Delivered) / s
 		}
-		res.AfterIngest = max(0, last.Sub(ingestEnd))
+		res.AfterIngest = max(0, last.Sub(l.end))
 		if s := res.AfterIngest.Seconds(); s > 0 {
 			res.AfterIngestPerSec = float64(res.BacklogAtIngestEnd) / s
 		}
@@ -440,27 +487,17 @@ func refusingAddr() (string, error) {
 // closed-loop clients, then waits o.ParkedSettle: the sink's breaker opens
 // after its first failures and parks the rest, and Pebble settles the
 // load before the measured run. Every post must be acked.
-func postParked(ctx context.Context, o E2EOptions, res *E2EResult, client *http.Client, url string, body []byte) error {
+func postParked(ctx context.Context, o E2EOptions, res *E2EResult, argv []string, url string) error {
 	fmt.Fprintf(o.Out, "parking %d hooks on source %q (its sink %q refuses every attempt)\n", o.Parked, parkedSource, parkedSink)
 	begin := time.Now()
-	workers := make([]e2eWorker, o.Clients)
-	acked := make([]uint64, o.Clients) // per worker: its acks are counted, not kept
-	postAll(ctx, workers, o.Parked, func(i int, w *e2eWorker) {
-		w.post(ctx, client, url, body)
-		acked[i] += uint64(len(w.acks))
-		w.acks = w.acks[:0]
-	})
-	if err := ctx.Err(); err != nil {
-		return err
+	l, err := postChild(ctx, argv, url, o.Clients, o.Parked, o.BodyBytes, func(int) {}, func(int) {})
+	if err != nil {
+		return fmt.Errorf("bench e2e: parking: %w", err)
 	}
-	var f Failures
-	for i := range workers {
-		res.Parked += acked[i]
-		f.add(&workers[i].Failures)
-	}
+	res.Parked = uint64(len(l.acks))
 	res.ParkedTime = time.Since(begin)
-	if f.Errors > 0 {
-		return fmt.Errorf("bench e2e: %d of %d parked posts failed (first: %s)", f.Errors, o.Parked, f.FirstError)
+	if l.Errors > 0 {
+		return fmt.Errorf("bench e2e: %d of %d parked posts failed (first: %s)", l.Errors, o.Parked, l.FirstError)
 	}
 	fmt.Fprintf(o.Out, "parked %d hooks in %s; settling %s\n", res.Parked, fmtSecs(res.ParkedTime), o.ParkedSettle)
 	select {
@@ -536,6 +573,16 @@ func PrintE2E(w io.Writer, r E2EResult) {
 		}
 	}
 	fmt.Fprintf(w, "; backlog when ingest ended: %d\n", r.BacklogAtIngestEnd)
+	if r.Acked > 0 {
+		// Delivered while ingest ran, per second of ingest, over ingest/s.
+		during := r.Acked - min(r.Acked, r.BacklogAtIngestEnd)
+		ratio := float64(during) / float64(r.Acked)
+		verdict := "MISS"
+		if ratio >= 0.9 {
+			verdict = "met"
+		}
+		fmt.Fprintf(w, "  during ingest: %d of %d acked hooks delivered = %.2fx of ingest/s [target >= 0.9x: %s]\n", during, r.Acked, ratio, verdict)
+	}
 	fmt.Fprintf(w, "  delivery:  %d delivered, drain %s (first post to last first-delivery) = %.0f delivered/s", r.Delivered, fmtSecs(r.Drain), r.DeliveredPerSec)
 	if r.Ceiling > 0 {
 		fmt.Fprintf(w, " (receiver ceiling %.0f/s = %.2fx of it)", r.Ceiling, r.DeliveredPerSec/r.Ceiling)
@@ -552,11 +599,14 @@ func PrintE2E(w io.Writer, r E2EResult) {
 	}
 	fmt.Fprintf(w, "  201 -> delivered: p50=%s p99=%s; delivered before their 201 was read: %d (by up to %s)\n",
 		fmtDur(r.AckToDeliveryP50), fmtDur(r.AckToDeliveryP99), r.DeliveredBeforeAck, fmtDur(r.MaxLeadBeforeAck))
-	fmt.Fprintf(w, "  missing=%d  duplicates=%d  unknown=%d  receiver_calls=%d  reclaimed=%t", r.Missing, r.Duplicates, r.Unknown, r.Calls, r.Reclaimed)
+	fmt.Fprintf(w, "  missing=%d  duplicates=%d  unknown=%d  receiver_calls=%d  receiver_connections=%d  reclaimed=%t", r.Missing, r.Duplicates, r.Unknown, r.Calls, r.Connections, r.Reclaimed)
 	if r.CPU >= 0 {
-		fmt.Fprintf(w, "  cpu=%.2f other_cpu=%.2f", r.CPU, r.OtherCPU)
+		fmt.Fprintf(w, "  cpu=%.2f client_cpu=%.2f other_cpu=%.2f", r.CPU, r.ClientCPU, r.OtherCPU)
 	}
 	fmt.Fprintln(w)
+	if r.AllocsPerHook > 0 {
+		fmt.Fprintf(w, "  per acked hook, this process (ingest + delivery + the receiver): cpu=%.1fus allocs=%.1f bytes=%.0f\n", float64(r.CPUPerHook)/1e3, r.AllocsPerHook, r.AllocBytesPerHook)
+	}
 	if r.OtherCPU > NoisyOtherCPU {
 		fmt.Fprintf(w, "WARNING: other work on the host took %.2f cores during the run; the rates are disturbed\n", r.OtherCPU)
 	}

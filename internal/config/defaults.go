@@ -61,7 +61,11 @@ const (
 
 	defaultSourceStoreType = SourceStoreStatic
 
-	defaultConcurrency       = 32
+	// defaultConcurrency: a node ingests 25–28 k hooks/s on 2 cores, and an
+	// attempt to a receiver answering in 5 ms holds its slot about 7 ms
+	// (docs/benchmarks.md "Issue 14, delivery keeps up"), so keeping up
+	// takes about 190 attempts in flight; 32 allowed 4 600/s.
+	defaultConcurrency       = 256
 	defaultMaxInflight       = 1_000
 	defaultMaxInflightBytes  = 64 << 20
 	defaultAttemptTimeoutMs  = 30_000

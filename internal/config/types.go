@@ -165,7 +165,7 @@ type IntakeMemory struct {
 
 // DispatchConfig bounds delivery.
 type DispatchConfig struct {
-	// Concurrency is how many deliveries run at once. Default 32, 1..1024.
+	// Concurrency is how many deliveries run at once. Default 256, 1..1024.
 	Concurrency int `yaml:"concurrency" json:"concurrency"`
 	// MaxInflight bounds claimed (inflight) rows. Default 1_000, 1..100_000; >= concurrency.
 	MaxInflight int `yaml:"max_inflight" json:"max_inflight"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,6 +42,8 @@ func newScripted(script ...error) *scriptedSink {
 }
 
 func (s *scriptedSink) Deliver(ctx context.Context, m *sink.Message) error {
+	mc := *m // the dispatcher reuses m after Deliver returns (sink.Sink)
+	m = &mc
 	s.mu.Lock()
 	block := s.block
 	s.mu.Unlock()
@@ -370,5 +373,53 @@ func TestRetryPolicy_Delay(t *testing.T) {
 		if got := p.Delay(tc.attempt, tc.jitter, tc.retryAfter); got != tc.want {
 			t.Errorf("Delay(%d, %v, %v) = %v, want %v", tc.attempt, tc.jitter, tc.retryAfter, got, tc.want)
 		}
+	}
+}
+
+// boundedSink bounds its attempts itself (sink.Bounded) and reports, for
+// every attempt, how long its ctx allowed; it fails each one as a timeout.
+type boundedSink struct {
+	bound   time.Duration
+	allowed chan time.Duration
+}
+
+func (s *boundedSink) AttemptBound() time.Duration { return s.bound }
+func (s *boundedSink) Close() error                { return nil }
+func (s *boundedSink) Deliver(ctx context.Context, _ *sink.Message) error {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		s.allowed <- -1
+	} else {
+		s.allowed <- time.Until(dl)
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestAttempt_DeadlineIsTheSinksBoundWhenShorter: a sink that bounds its
+// attempts (an http sink's timeout_ms) gets one deadline, its own bound,
+// not dispatch.attempt_timeout_ms; the failed attempt's error says whose
+// timeout ended it.
+func TestAttempt_DeadlineIsTheSinksBoundWhenShorter(t *testing.T) {
+	s := &boundedSink{bound: 50 * time.Millisecond, allowed: make(chan time.Duration, 16)}
+	e := setup(t, s, dispatch.Options{AttemptTimeout: time.Minute,
+		Retry: dispatch.RetryPolicy{Base: time.Hour, Max: time.Hour, MaxAttempts: 5}})
+	res := e.submit(t, "x", "")
+	var allowed time.Duration
+	select {
+	case allowed = <-s.allowed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no attempt")
+	}
+	if allowed < 0 || allowed > s.bound {
+		t.Fatalf("the attempt's ctx allowed %s, want at most the sink's bound %s (dispatch.attempt_timeout_ms is 1m)", allowed, s.bound)
+	}
+	var dl *store.Delivery
+	testutil.Eventually(t, 10*time.Second, "the failed attempt recorded", func() bool {
+		dl = e.delivery(t, res.Seq)
+		return dl != nil && dl.Attempts == 1
+	})
+	if !strings.Contains(dl.LastError, "sink's timeout of 50ms") {
+		t.Errorf("last_error = %q, want it to name the sink's timeout", dl.LastError)
 	}
 }

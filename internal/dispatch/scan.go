@@ -112,11 +112,21 @@ func (d *Dispatcher) collect(p *pass) error {
 			d.park(num, at)
 			return true
 		}
-		if _, ok := p.byNum[num]; !ok {
+		p.seen++ // every row walked counts toward the limit, kept or not
+		q, ok := p.byNum[num]
+		if !ok {
 			p.order = append(p.order, num)
 		}
-		p.byNum[num] = append(p.byNum[num], candidate{at, seq, num})
-		p.seen++
+		if len(q) >= p.free {
+			// roundRobin takes at most p.free of one sink, so the row is
+			// not kept; it stays due and the cursor at or below it. (Kept,
+			// the candidates of a backlog cost 1.3 KB per delivered hook
+			// at C=256, issue 14: every pass gathered 4×ScanBatch of them
+			// to claim the few slots an outcome batch had freed.)
+			p.leave(at)
+			return true
+		}
+		p.byNum[num] = append(q, candidate{at, seq, num})
 		return true
 	})
 }
@@ -342,6 +352,9 @@ func (d *Dispatcher) settle(p *pass) {
 // goroutine start per delivery.)
 func (d *Dispatcher) worker(ctx context.Context) {
 	defer d.workers.Done()
+	// The worker's one message, filled anew for every attempt: a sink
+	// keeps nothing of it after Deliver returns (sink.Sink).
+	m := new(sink.Message)
 	for {
 		select {
 		case c := <-d.work:
@@ -351,7 +364,7 @@ func (d *Dispatcher) worker(ctx context.Context) {
 				d.results <- result{c: c, err: err}
 				continue
 			}
-			d.attempt(ctx, c)
+			d.attempt(ctx, c, m)
 		case <-ctx.Done():
 			return
 		}
@@ -359,9 +372,9 @@ func (d *Dispatcher) worker(ctx context.Context) {
 }
 
 // attempt runs one delivery and reports its result.
-func (d *Dispatcher) attempt(ctx context.Context, c claimed) {
+func (d *Dispatcher) attempt(ctx context.Context, c claimed, m *sink.Message) {
 	start := d.o.Now()
-	hook, err := d.deliverOne(ctx, c)
+	hook, err := d.deliverOne(ctx, c, m)
 	d.results <- result{c: c, hook: hook, err: err, dur: d.o.Now().Sub(start)}
 }
 
@@ -380,7 +393,7 @@ func (d *Dispatcher) cancelUnstarted(err error) {
 
 var errNoTarget = errors.New("sink is no longer configured")
 
-func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) (store.HookRef, error) {
+func (d *Dispatcher) deliverOne(ctx context.Context, c claimed, m *sink.Message) (store.HookRef, error) {
 	t, ok := d.target(c.num)
 	if !ok {
 		return store.HookRef{}, sink.Permanent(fmt.Errorf("%w (sink number %d, id %q)", errNoTarget, c.num, c.delivery.SinkID))
@@ -402,18 +415,31 @@ func (d *Dispatcher) deliverOne(ctx context.Context, c claimed) (store.HookRef, 
 		return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))
 	}
 	ref := store.HookRef{Seq: c.seq, ID: env.ID, Tenant: env.Tenant, Source: env.Source}
-	m := &sink.Message{
+	*m = sink.Message{
 		ID: uuid.UUID(env.ID), Seq: env.Seq, Tenant: env.Tenant, Source: env.Source,
 		ReceivedAt: time.Unix(0, env.ReceivedAt), ContentType: env.ContentType,
 		Headers: env.Headers, Body: env.Body, SHA256: env.SHA256,
 		DedupeKey: env.DedupeKey, ReplayID: c.delivery.ReplayID, Flagged: env.Flagged,
 		Attempt: int(c.delivery.Attempts) + 1,
 	}
-	actx, cancel := context.WithTimeout(ctx, d.o.AttemptTimeout)
+	// One deadline per attempt: the attempt's, or the sink's own timeout
+	// when that ends first (a nested context per attempt cost about 600
+	// bytes and five allocations, issue 14).
+	timeout, own := d.o.AttemptTimeout, false
+	if b, ok := t.Sink.(sink.Bounded); ok {
+		if st := b.AttemptBound(); st > 0 && st < timeout {
+			timeout, own = st, true
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := t.Sink.Deliver(actx, m)
 	if err != nil && actx.Err() != nil && ctx.Err() == nil {
-		err = fmt.Errorf("attempt timed out after %s: %w", d.o.AttemptTimeout, err)
+		if own {
+			err = fmt.Errorf("no answer within the sink's timeout of %s: %w", timeout, err)
+		} else {
+			err = fmt.Errorf("attempt timed out after %s: %w", timeout, err)
+		}
 	}
 	return ref, err
 }

@@ -12,9 +12,10 @@ import (
 // MessageVersion is the version of the queue sinks' message JSON.
 const MessageVersion = 1
 
-// messageJSON is the body a queue sink (Kafka, JetStream, RabbitMQ) carries.
+// messageHead is the body a queue sink (Kafka, JetStream, RabbitMQ)
+// carries, but its last field, body_base64, which EncodeJSON appends.
 // FROZEN FORMAT: consumers parse it; add fields only with a version bump.
-type messageJSON struct {
+type messageHead struct {
 	V              int          `json:"v"`
 	ID             string       `json:"id"`
 	SourceID       string       `json:"source_id"`
@@ -28,7 +29,6 @@ type messageJSON struct {
 	Flagged        bool         `json:"flagged"`
 	Headers        []headerJSON `json:"headers"`
 	SHA256         string       `json:"sha256"`
-	BodyBase64     string       `json:"body_base64"`
 }
 
 type headerJSON struct {
@@ -65,14 +65,14 @@ func NewHeaderFilter(names []string) HeaderFilter {
 // Drops reports whether the header name (lower case, as stored) is left out.
 func (f HeaderFilter) Drops(name string) bool { return f.drop[name] }
 
-// EncodeJSON is the message JSON of m, without the headers f drops.
-func EncodeJSON(m *Message, f HeaderFilter) []byte {
-	j := messageJSON{
+// head is m's message JSON fields but the body, without the headers f drops.
+func head(m *Message, f HeaderFilter) messageHead {
+	j := messageHead{
 		V: MessageVersion, ID: m.ID.String(), SourceID: m.Source, TenantID: m.Tenant,
 		ReceivedAt: m.ReceivedAt.UTC().Format(time.RFC3339Nano), ContentType: m.ContentType,
 		Size: len(m.Body), IdempotencyKey: m.IdempotencyKey(), Flagged: m.Flagged,
 		Headers: make([]headerJSON, 0, len(m.Headers)),
-		SHA256:  hex.EncodeToString(m.SHA256[:]), BodyBase64: base64.StdEncoding.EncodeToString(m.Body),
+		SHA256:  hex.EncodeToString(m.SHA256[:]),
 	}
 	if m.DedupeKey != "" {
 		j.DedupeKey = &m.DedupeKey
@@ -86,8 +86,30 @@ func EncodeJSON(m *Message, f HeaderFilter) []byte {
 		}
 		j.Headers = append(j.Headers, headerJSON{h.Name, h.Value})
 	}
-	b, _ := json.Marshal(j) // cannot fail: strings, ints and bools only
-	return b
+	return j
+}
+
+// bodyKey is what follows the head's last field: the body's key.
+const bodyKey = `,"body_base64":"`
+
+// EncodeJSON is the message JSON of m, without the headers f drops.
+//
+// encoding/json writes the fields but the body; the body's base64 is
+// encoded straight into the result after them. The bytes are those of
+// marshalling the whole message (TestEncodeJSON_SameBytesAsEncodingJSON):
+// the body is the last field, and base64's alphabet (A–Z a–z 0–9 + / =)
+// is nothing JSON escapes. Before, the body's base64 was a string of its
+// own, which encoding/json then scanned and copied into a buffer that
+// grew to hold it, and copied again into the result (issue 14).
+func EncodeJSON(m *Message, f HeaderFilter) []byte {
+	hb, _ := json.Marshal(head(m, f)) // cannot fail: strings, ints and bools only
+	hb = hb[:len(hb)-1]               // the closing brace; the body's field follows
+	n := base64.StdEncoding.EncodedLen(len(m.Body))
+	b := make([]byte, 0, len(hb)+len(bodyKey)+n+2)
+	b = append(append(b, hb...), bodyKey...)
+	b = b[:len(b)+n]
+	base64.StdEncoding.Encode(b[len(b)-n:], m.Body)
+	return append(b, '"', '}')
 }
 
 // Header is one broker message header.

@@ -52,10 +52,21 @@ type Sink interface {
 	// wrap it with Permanent for errors a retry cannot fix, or Retry to
 	// suggest a delay (a Retry-After); an unwrapped error is transient.
 	// ctx carries the attempt deadline; when it ends Deliver must return
-	// promptly, and the attempt counts as failed (transient).
+	// promptly, and the attempt counts as failed (transient). Deliver keeps
+	// nothing of m (the struct, its Headers slice) after it returns: the
+	// dispatcher fills the same Message for its next attempt.
 	Deliver(ctx context.Context, m *Message) error
 	// Close releases connections. Deliver is not called after Close.
 	Close() error
+}
+
+// Bounded is a Sink that bounds every Deliver itself (its timeout_ms).
+// The dispatcher then gives each attempt one deadline, the earlier of
+// AttemptBound and dispatch.attempt_timeout_ms, instead of nesting the
+// sink's own under its own; Deliver adds its bound only when ctx ends
+// later than it.
+type Bounded interface {
+	AttemptBound() time.Duration
 }
 
 // Error is a classified delivery failure.

@@ -551,3 +551,64 @@ func TestDeliver_ErrorDoesNotLeakURLSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestDeliver_ConnectionsAreReusedAtHighConcurrency: the dispatcher runs up
+// to dispatch.concurrency attempts at once toward one receiver; every one
+// of them must find its keep-alive connection again on the next round, or
+// each round past the pool's size dials (and the receiver accepts) new
+// connections. n concurrent deliveries, held until all n are in the
+// receiver so they use n connections, twice: the second round must dial
+// none.
+func TestDeliver_ConnectionsAreReusedAtHighConcurrency(t *testing.T) {
+	const n = 150 // above net/http's DefaultTransport MaxIdleConns (100)
+	var conns atomic.Int64
+	var inside atomic.Int64
+	release := make(chan struct{})
+	var releaseOnce atomic.Bool
+	gate := make(chan chan struct{}, 1)
+	gate <- release
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		rel := <-gate
+		gate <- rel
+		if inside.Add(1) == n && releaseOnce.CompareAndSwap(false, true) {
+			close(rel)
+		}
+		<-rel
+		w.WriteHeader(http.StatusOK)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	s := newSink(t, httpsink.Options{URL: srv.URL + "/in"})
+
+	round := func() {
+		t.Helper()
+		errc := make(chan error, n)
+		for range n {
+			go func() { errc <- deliver(t, s, message([]byte(`{}`))) }()
+		}
+		for range n {
+			if err := <-errc; err != nil {
+				t.Fatalf("Deliver: %v", err)
+			}
+		}
+	}
+	round()
+	if got := conns.Load(); got != n {
+		t.Fatalf("first round opened %d connections, want %d (one per concurrent delivery)", got, n)
+	}
+	// The next round: a fresh gate.
+	inside.Store(0)
+	releaseOnce.Store(false)
+	<-gate
+	gate <- make(chan struct{})
+	round()
+	if got := conns.Load() - n; got != 0 {
+		t.Errorf("second round of %d concurrent deliveries opened %d new connections, want 0 (idle keep-alive connections were closed)", n, got)
+	}
+}

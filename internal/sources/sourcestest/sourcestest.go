@@ -325,7 +325,8 @@ func (r *recorder) Deliver(ctx context.Context, m *sink.Message) error {
 	if r.closed.Load() {
 		return errClosed
 	}
-	r.s.started <- Delivery{r.id, m}
+	mc := *m // the dispatcher reuses m after Deliver returns (sink.Sink)
+	r.s.started <- Delivery{r.id, &mc}
 	r.s.mu.Lock()
 	block, fail := r.s.block, r.s.failErr
 	r.s.mu.Unlock()
