@@ -1,0 +1,117 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/ankusa/ankusa/internal/dispatch"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+// walWriteFaults fails every WAL write (not sync) while on: the simulator's
+// write class, where Pebble has already reported the batch applied when
+// its log writer's write fails, and the fence's reopen then drops it.
+type walWriteFaults struct {
+	on     atomic.Bool
+	failed atomic.Int32
+}
+
+func (f *walWriteFaults) String() string { return "wal-write-faults" }
+
+func (f *walWriteFaults) MaybeError(op errorfs.Op) error {
+	if !strings.HasSuffix(op.Path, ".log") || (op.Kind != errorfs.OpFileWrite && op.Kind != errorfs.OpFileWriteAt) {
+		return nil
+	}
+	if f.on.Load() {
+		f.failed.Add(1)
+		return errorfs.ErrInjected
+	}
+	return nil
+}
+
+// An outcome that a failed WAL write drops after Pebble reported it
+// applied (the fence's reopen brings back the rows as the WAL kept them)
+// must not strand the hook: its delivery is attempted again and the hook
+// reclaimed, with no restart. Before the claim moved to memory the reopen
+// brought back the claim's synced in-flight row while the dispatcher had
+// released its claim with the outcome, and nothing attempted the row again
+// until a restart's reclaim (the simulator's write class, rule 1).
+func TestDispatch_OutcomeLostToAFailedWALWriteIsAttemptedAgain(t *testing.T) {
+	faults := &walWriteFaults{}
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), errorfs.Wrap(vfs.Default, faults))
+	var d atomic.Pointer[dispatch.Dispatcher]
+	q := testutil.StartQueue(t, st, queue.Options{
+		FenceRetry: 10 * time.Millisecond,
+		OnDurable: func() {
+			if p := d.Load(); p != nil {
+				p.Wake()
+			}
+		},
+	})
+	s := newScripted()
+	block := make(chan struct{})
+	s.block = block
+	disp := dispatch.New(st, dispatch.Options{
+		Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
+		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: testutil.Logger(t),
+		Poll: 10 * time.Millisecond,
+	})
+	d.Store(disp)
+	if err := disp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(disp.Stop)
+	e := &env{st: st, q: q, d: disp}
+	res := e.submit(t, "stranded", "")
+	select {
+	case <-s.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery never reached the sink")
+	}
+	// Whatever the claim wrote is durable now, as the next commit group's
+	// fsync would make it.
+	if err := st.SyncWAL(); err != nil {
+		t.Fatal(err)
+	}
+	// The outcome's batch is the next WAL write: it fails.
+	faults.on.Store(true)
+	s.mu.Lock()
+	s.block = nil
+	s.mu.Unlock()
+	close(block)
+	if m := s.next(t); m.Seq != res.Seq {
+		t.Fatalf("attempt for seq %d, want %d", m.Seq, res.Seq)
+	}
+	// Pebble reports the outcome applied (the reclaim removed the hook's
+	// rows, visible at once) before its log writer's write fails.
+	testutil.Eventually(t, 10*time.Second, "the outcome applied", func() bool {
+		hooks, err := st.Count([]byte{store.PrefixHook})
+		return err == nil && hooks == 0
+	})
+	// The log writer writes it out at the next sync at the latest (as the
+	// queue's syncer asks after its next group): the write fails.
+	if err := st.SyncWAL(); err == nil || faults.failed.Load() == 0 {
+		t.Fatalf("sync over the failing WAL write: %v (writes failed: %d), want an error", err, faults.failed.Load())
+	}
+	faults.on.Store(false)
+	// The next commit's fsync reports the failed write and fences; the
+	// fence's reopen drops what the WAL lost.
+	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
+		Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+	if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
+		t.Fatalf("submit over the failed store: %v, want store_unavailable", err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the hook delivered and reclaimed after the fence, with no restart", func() bool {
+		hooks, err := st.Count([]byte{store.PrefixHook})
+		return err == nil && hooks == 0 && q.Stats().Hooks == 0
+	})
+}
