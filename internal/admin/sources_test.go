@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/ankusa/ankusa/internal/admin"
-	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/app/apptest"
+	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/sources"
 	"github.com/ankusa/ankusa/internal/sources/sourcestest"
