@@ -13,6 +13,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
@@ -38,14 +39,13 @@ func (f *walWriteFaults) MaybeError(op errorfs.Op) error {
 	return nil
 }
 
-// An outcome that a failed WAL write drops after Pebble reported it
-// applied (the fence's reopen brings back the rows as the WAL kept them)
-// must not strand the hook: its delivery is attempted again and the hook
-// reclaimed, with no restart. Before the claim moved to memory the reopen
-// brought back the claim's synced in-flight row while the dispatcher had
-// released its claim with the outcome, and nothing attempted the row again
-// until a restart's reclaim (the simulator's write class, rule 1).
-func TestDispatch_OutcomeLostToAFailedWALWriteIsAttemptedAgain(t *testing.T) {
+// lostOutcome runs one hook's first attempt (answered by s's script) and
+// loses its outcome: the outcome's batch is applied, Pebble reports it
+// done, its WAL write fails, and the fence's reopen (forced by the next
+// commit) brings back the rows as the WAL kept them. applied reports when
+// the outcome's rows are visible.
+func lostOutcome(t *testing.T, s *scriptedSink, applied func(*env) bool) (*env, queue.Result) {
+	t.Helper()
 	faults := &walWriteFaults{}
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), errorfs.Wrap(vfs.Default, faults))
 	var d atomic.Pointer[dispatch.Dispatcher]
@@ -57,13 +57,13 @@ func TestDispatch_OutcomeLostToAFailedWALWriteIsAttemptedAgain(t *testing.T) {
 			}
 		},
 	})
-	s := newScripted()
 	block := make(chan struct{})
 	s.block = block
 	disp := dispatch.New(st, dispatch.Options{
 		Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
 		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: testutil.Logger(t),
-		Poll: 10 * time.Millisecond,
+		Poll:  10 * time.Millisecond,
+		Retry: dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5},
 	})
 	d.Store(disp)
 	if err := disp.Start(); err != nil {
@@ -91,12 +91,9 @@ func TestDispatch_OutcomeLostToAFailedWALWriteIsAttemptedAgain(t *testing.T) {
 	if m := s.next(t); m.Seq != res.Seq {
 		t.Fatalf("attempt for seq %d, want %d", m.Seq, res.Seq)
 	}
-	// Pebble reports the outcome applied (the reclaim removed the hook's
-	// rows, visible at once) before its log writer's write fails.
-	testutil.Eventually(t, 10*time.Second, "the outcome applied", func() bool {
-		hooks, err := st.Count([]byte{store.PrefixHook})
-		return err == nil && hooks == 0
-	})
+	// Pebble reports the outcome applied (its rows visible at once) before
+	// its log writer's write fails.
+	testutil.Eventually(t, 10*time.Second, "the outcome applied", func() bool { return applied(e) })
 	// The log writer writes it out at the next sync at the latest (as the
 	// queue's syncer asks after its next group): the write fails.
 	if err := st.SyncWAL(); err == nil || faults.failed.Load() == 0 {
@@ -110,8 +107,48 @@ func TestDispatch_OutcomeLostToAFailedWALWriteIsAttemptedAgain(t *testing.T) {
 	if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
 		t.Fatalf("submit over the failed store: %v, want store_unavailable", err)
 	}
-	testutil.Eventually(t, 20*time.Second, "the hook delivered and reclaimed after the fence, with no restart", func() bool {
-		hooks, err := st.Count([]byte{store.PrefixHook})
-		return err == nil && hooks == 0 && q.Stats().Hooks == 0
+	return e, res
+}
+
+// An outcome that a failed WAL write drops after Pebble reported it
+// applied must not strand the hook: its delivery is attempted again and
+// the hook reclaimed, with no restart. Before the claim moved to memory the
+// reopen brought back the claim's synced in-flight row while the
+// dispatcher had released its claim with the outcome, and nothing
+// attempted the row again until a restart's reclaim (the simulator's write
+// class, rule 1).
+func TestDispatch_OutcomeLostToAFailedWALWriteIsAttemptedAgain(t *testing.T) {
+	e, _ := lostOutcome(t, newScripted(), func(e *env) bool {
+		hooks, err := e.st.Count([]byte{store.PrefixHook})
+		return err == nil && hooks == 0 // delivered and reclaimed
 	})
+	testutil.Eventually(t, 20*time.Second, "the hook delivered and reclaimed after the fence, with no restart", func() bool {
+		hooks, err := e.st.Count([]byte{store.PrefixHook})
+		return err == nil && hooks == 0 && e.q.Stats().Hooks == 0
+	})
+	if g := e.d.Gauges(); g.Pending != 0 || g.Inflight != 0 {
+		t.Fatalf("gauges after the hook was reclaimed: pending %d inflight %d, want 0 and 0", g.Pending, g.Inflight)
+	}
+}
+
+// A dead-lettering that a failed WAL write drops is not counted: after the
+// reopen the dead row is gone and the delivery due again, and the dead
+// gauge (ankusa_queue_dead) must say what the dead-letter queue holds.
+// Before the dispatcher resynced on a reopen it kept counting the lost row
+// (the simulator's rule 7: "dead gauge 2, dead rows 1").
+func TestDispatch_DeadLetteringLostToAFailedWALWriteIsNotCounted(t *testing.T) {
+	// Refused for good, then (attempted again after the reopen) taken.
+	s := newScripted(sink.Permanent(errors.New("410 gone")), nil)
+	e, _ := lostOutcome(t, s, func(e *env) bool {
+		dead, err := e.st.Count([]byte{store.PrefixDead})
+		return err == nil && dead == 1 && e.d.Gauges().Dead == 1
+	})
+	testutil.Eventually(t, 20*time.Second, "the hook delivered and reclaimed after the fence", func() bool {
+		hooks, err := e.st.Count([]byte{store.PrefixHook})
+		return err == nil && hooks == 0 && e.q.Stats().Hooks == 0
+	})
+	dead := count(t, e.st, store.PrefixDead)
+	if g := e.d.Gauges(); uint64(g.Dead) != dead {
+		t.Fatalf("dead gauge %d, dead rows %d", g.Dead, dead)
+	}
 }
