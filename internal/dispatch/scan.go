@@ -237,13 +237,12 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) []claimed {
 			d.log.Error("corrupt delivery row", "seq", c.seq, "sink", c.num, "err", err)
 			continue
 		}
-		if !ok || dl.State == store.StateDelivered || dl.State == store.StateDead {
+		if !ok || dl.State == store.StateDelivered || dl.State == store.StateDead || d.strayDue(c, &dl) {
 			// A due key without its row, left by an interrupted reclaim of
-			// an older build; or of a finished delivery: a reopen dropped a
-			// retry's batch, bringing its old due key back, while the claim
-			// of its new key ran, and that claim's outcome finished the
-			// row. Drop it. (A due row at another key than this one
-			// is claimed all the same: at least once, never a guess.)
+			// an older build; or a key the row no longer names: a reopen
+			// dropped a retry's batch, bringing its old due key back, while
+			// the claim of its new key ran, and that claim's outcome
+			// finished the row or moved it on. Drop it.
 			if drop == nil {
 				drop = d.st.NewBatch()
 				defer drop.Close()
@@ -272,6 +271,18 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) []claimed {
 	}
 	d.claims.add(claims)
 	return claims
+}
+
+// strayDue reports whether c's due key is not the one its due row dl
+// names (a due row's NextAtMs is its key's time, store/delivery.go) while
+// that one exists: then c's is a leftover (claim). A due row whose own key
+// is missing is claimed at c's all the same — at least once, never a guess.
+func (d *Dispatcher) strayDue(c candidate, dl *store.Delivery) bool {
+	if dl.State != store.StateDue || dl.NextAtMs == c.at {
+		return false
+	}
+	has, err := d.st.HasDue(dl.NextAtMs, c.seq, c.num)
+	return err == nil && has
 }
 
 // readClaim returns the delivery row a claim of c moves, from the hot

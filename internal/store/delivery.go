@@ -231,6 +231,12 @@ func (s *Store) ScanDue(fromMs int64, fn func(atMs int64, seq uint64, sink uint1
 	})
 }
 
+// HasDue reports whether delivery (seq, sink) has a due row at atMs.
+func (s *Store) HasDue(atMs int64, seq uint64, sink uint16) (bool, error) {
+	v, err := s.Get(DueKey(atMs, seq, sink))
+	return v != nil, err
+}
+
 // OldestDue is the time of the earliest due row (ok false if none).
 func (s *Store) OldestDue() (atMs int64, ok bool, err error) {
 	err = s.ScanDue(0, func(at int64, _ uint64, _ uint16) bool {
