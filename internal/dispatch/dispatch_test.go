@@ -440,3 +440,62 @@ func TestRetryPolicy_Delay(t *testing.T) {
 		}
 	}
 }
+
+// A delivery with a second due key (a retry's batch a reopen dropped
+// brings its old key back while the new key's claim runs) is attempted
+// once at a time, not once per key: the claim drops a key the row no
+// longer names while the row's own exists, and claims a row whose own key
+// is gone at one of its keys only. Before, every key was claimed in one
+// pass and the hook went to the sink twice at once.
+func TestDispatch_AStrayDueKeyIsNotAttemptedTwice(t *testing.T) {
+	tests := []struct {
+		name string
+		keys func(b *store.Batch, seq uint64, at int64)
+	}{
+		{"the old key back", func(b *store.Batch, seq uint64, at int64) {
+			_ = b.Set(store.DueKey(at-1000, seq, 0), nil, nil)
+		}},
+		{"two keys, the row's own gone", func(b *store.Batch, seq uint64, at int64) {
+			_ = b.Set(store.DueKey(at-2000, seq, 0), nil, nil)
+			_ = b.Set(store.DueKey(at-1000, seq, 0), nil, nil)
+			_ = b.Delete(store.DueKey(at, seq, 0), nil)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
+			q := testutil.StartQueue(t, st, queue.Options{})
+			r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", Body: []byte("x"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+			res, err := q.Submit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dl, err := st.ReadDelivery(res.Seq, 0)
+			if err != nil || dl == nil {
+				t.Fatalf("delivery: %v %v", dl, err)
+			}
+			b := st.NewBatch()
+			tc.keys(b, res.Seq, dl.NextAtMs)
+			if err := st.ApplySync(b); err != nil {
+				t.Fatal(err)
+			}
+			_ = b.Close()
+			s := newScripted()
+			d := dispatch.New(st, dispatch.Options{Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
+				Durable: q.Durable, OnReclaim: q.Reclaimed, Poll: 10 * time.Millisecond, Logger: testutil.Logger(t)})
+			if err := d.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer d.Stop()
+			testutil.Eventually(t, 10*time.Second, "the hook delivered and reclaimed, no due key left", func() bool {
+				return count(t, st, store.PrefixHook) == 0 && count(t, st, store.PrefixDue) == 0
+			})
+			s.mu.Lock()
+			n := len(s.got)
+			s.mu.Unlock()
+			if n != 1 {
+				t.Fatalf("%d attempts, want 1", n)
+			}
+		})
+	}
+}

@@ -250,6 +250,13 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) []claimed {
 			drop.DropDue(c.at, c.seq, c.num)
 			continue
 		}
+		if dl.NextAtMs != c.at && claimedIn(claims, c) {
+			// A second key of a row whose own key is gone (strayDue), both
+			// picked by this pass: K1. Left due, for a later scan to find
+			// once this claim's outcome moved the row on.
+			p.leave(c.at)
+			continue
+		}
 		size := int64(dl.Size)
 		if d.inflight > 0 && d.inflightBytes+size > d.o.MaxInflightBytes {
 			for _, rest := range picked[i:] {
@@ -283,6 +290,17 @@ func (d *Dispatcher) strayDue(c candidate, dl *store.Delivery) bool {
 	}
 	has, err := d.st.HasDue(dl.NextAtMs, c.seq, c.num)
 	return err == nil && has
+}
+
+// claimedIn reports whether cs claims c's delivery (a walk: only for the
+// rare row whose key is not the one it names).
+func claimedIn(cs []claimed, c candidate) bool {
+	for i := range cs {
+		if cs[i].seq == c.seq && cs[i].num == c.num {
+			return true
+		}
+	}
+	return false
 }
 
 // readClaim returns the delivery row a claim of c moves, from the hot
