@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -59,9 +60,17 @@ func lostOutcome(t *testing.T, s *scriptedSink, applied func(*env) bool) (*env, 
 	})
 	block := make(chan struct{})
 	s.block = block
+	rec := testutil.NewLogRecorder()
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range rec.Matching() {
+				t.Log(l)
+			}
+		}
+	})
 	disp := dispatch.New(st, dispatch.Options{
 		Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
-		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: testutil.Logger(t),
+		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: slog.New(rec),
 		Poll:  10 * time.Millisecond,
 		Retry: dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5},
 	})
@@ -124,7 +133,7 @@ func TestDispatch_OutcomeLostToAFailedWALWriteIsAttemptedAgain(t *testing.T) {
 	})
 	testutil.Eventually(t, 20*time.Second, "the hook delivered and reclaimed after the fence, with no restart", func() bool {
 		hooks, err := e.st.Count([]byte{store.PrefixHook})
-		return err == nil && hooks == 0 && e.q.Stats().Hooks == 0
+		return err == nil && hooks == 0
 	})
 	if g := e.d.Gauges(); g.Pending != 0 || g.Inflight != 0 {
 		t.Fatalf("gauges after the hook was reclaimed: pending %d inflight %d, want 0 and 0", g.Pending, g.Inflight)
@@ -143,9 +152,12 @@ func TestDispatch_DeadLetteringLostToAFailedWALWriteIsNotCounted(t *testing.T) {
 		dead, err := e.st.Count([]byte{store.PrefixDead})
 		return err == nil && dead == 1 && e.d.Gauges().Dead == 1
 	})
+	// The store's rows, not the queue's hook counter: the fence's recount
+	// races a reclaim the dispatcher applies between the reopen and the
+	// recount (docs/testing.md, "Left out by default").
 	testutil.Eventually(t, 20*time.Second, "the hook delivered and reclaimed after the fence", func() bool {
 		hooks, err := e.st.Count([]byte{store.PrefixHook})
-		return err == nil && hooks == 0 && e.q.Stats().Hooks == 0
+		return err == nil && hooks == 0
 	})
 	dead := count(t, e.st, store.PrefixDead)
 	if g := e.d.Gauges(); uint64(g.Dead) != dead {
