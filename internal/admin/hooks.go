@@ -189,9 +189,15 @@ func (a *api) deliveries(seq uint64) ([]deliveryView, map[uint16]string, error) 
 			return false
 		}
 		sinks[num] = d.SinkID
+		state := store.StateName(d.State)
+		if a.d.Dispatch != nil {
+			// A delivery being attempted is due in the store; the
+			// dispatcher holds its claim.
+			state = a.d.Dispatch.ViewState(seq, num, d)
+		}
 		dv := deliveryView{
 			Sink:      d.SinkID,
-			State:     store.StateName(d.State),
+			State:     state,
 			Attempts:  d.Attempts,
 			LastError: d.LastError,
 		}

@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/admin"
 	"github.com/ankusa/ankusa/internal/app/apptest"
+	"github.com/ankusa/ankusa/internal/config"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/sources"
 	"github.com/ankusa/ankusa/internal/sources/sourcestest"
@@ -367,14 +369,25 @@ func TestSources_DeleteRefusedWhileInflight(t *testing.T) {
 	a := newSrcAPI(t, sourcestest.Options{Dispatch: true})
 	a.want(t, a.call(t, "POST", "/v1/tenants/acme/sources", `{"name":"orders","sinks":[{"type":"log"}]}`), http.StatusCreated, "")
 	a.e.Sinks.Block()
-	if h := a.e.Post(t, "/webhooks/acme.orders", []byte(`{}`), nil); h.Status != http.StatusCreated {
+	h := a.e.Post(t, "/webhooks/acme.orders", []byte(`{}`), nil)
+	if h.Status != http.StatusCreated {
 		t.Fatalf("hook: status %d", h.Status)
 	}
-	a.e.Sinks.Started(t) // claimed: the row is inflight
+	a.e.Sinks.Started(t) // claimed: the delivery is inflight
 
+	// The hook's view says so (the claim is the dispatcher's, in memory:
+	// the row is due in the store).
+	ops := &srcAPI{e: a.e, h: admin.New(admin.Deps{Config: &config.Config{}, Store: a.e.Store, Queue: a.e.Queue,
+		Dispatch: a.e.Dispatch, Logger: testutil.Logger(t)})}
+	g := ops.call(t, "GET", fmt.Sprintf("/v1/hooks/%v", h.Body["id"]), "")
+	a.want(t, g, http.StatusOK, "")
+	if ds, _ := g.body["deliveries"].([]any); len(ds) != 1 || ds[0].(map[string]any)["state"] != "inflight" {
+		t.Errorf("deliveries while the attempt runs: %s, want one inflight", g.raw)
+	}
 	r := a.call(t, "DELETE", "/v1/tenants/acme/sources/orders?deliveries=dead_letter", "")
 	a.want(t, r, http.StatusConflict, "source_has_deliveries")
 	wantField(t, r.body, "inflight", float64(1))
+	wantField(t, r.body, "due", float64(0)) // in flight, not also due
 	if r.header.Get("Retry-After") == "" {
 		t.Error("no Retry-After on a refusal that a retry resolves")
 	}

@@ -9,9 +9,9 @@ import (
 // dead-letter queue with reason, in one synced batch (q row deleted, x row
 // written, d row marked dead), and returns how many it moved. It runs on
 // the loop goroutine — dispatch is the one writer of delivery rows — so no
-// claim can race it and the dead gauge counts the rows at once. Inflight
-// rows are not touched: their attempts end on the loop too (an attempt
-// whose sink was removed dead-letters itself). While the loop is not
+// claim can race it and the dead gauge counts the rows at once. Rows in
+// flight (claimed, K1) are not touched: their attempts end on the loop too
+// (an attempt whose sink was removed dead-letters itself). While the loop is not
 // running there is no other writer, and the move runs on the caller.
 //
 // Errors: ctx's, "dispatch stopped", or the store's (nothing moved).
@@ -40,7 +40,7 @@ func (d *Dispatcher) deadLetterDue(nums map[uint16]bool, reason string) (int, er
 	}
 	var due []row
 	err := d.st.ScanDue(0, func(at int64, seq uint64, num uint16) bool {
-		if nums[num] {
+		if _, claimed := d.claims.at(seq, num); nums[num] && !claimed {
 			due = append(due, row{at, seq, num})
 		}
 		return true

@@ -316,6 +316,21 @@ func TestDispatch_BreakerParksRowsWithoutSpendingAttempts(t *testing.T) {
 	}
 }
 
+// viewState is delivery (seq, sink 0)'s state as GET /v1/hooks/{id} shows
+// it: the row's, or inflight while the dispatcher attempts it.
+func viewState(t *testing.T, st *store.Store, d *dispatch.Dispatcher, seq uint64) string {
+	t.Helper()
+	dl, err := st.ReadDelivery(seq, 0)
+	if err != nil || dl == nil {
+		t.Fatalf("delivery %d: %v %v", seq, dl, err)
+	}
+	return d.ViewState(seq, 0, dl)
+}
+
+// A delivery being attempted shows as inflight (in the hook views and the
+// inflight gauge) and not as pending; a stop cancels the attempt, and the
+// next start attempts the row again without spending an attempt. The claim
+// lives in memory: the row stays due in the store throughout.
 func TestDispatch_InflightReturnsToDueAfterRestart(t *testing.T) {
 	s := newScripted()
 	s.block = make(chan struct{})
@@ -337,10 +352,20 @@ func TestDispatch_InflightReturnsToDueAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 5*time.Second, "claimed", func() bool { return count(t, st, store.PrefixInflight) == 1 })
-	d.Stop() // the blocked attempt is cancelled: the row stays inflight
-	if n := count(t, st, store.PrefixInflight); n != 1 {
-		t.Fatalf("inflight rows after stop = %d, want 1", n)
+	select {
+	case <-s.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the attempt never reached the sink")
+	}
+	if got := viewState(t, st, d, res.Seq); got != "inflight" {
+		t.Fatalf("state while the attempt runs = %q, want inflight", got)
+	}
+	if g := d.Gauges(); g.Inflight != 1 || g.Pending != 0 {
+		t.Fatalf("gauges while the attempt runs: inflight %d pending %d, want 1 and 0", g.Inflight, g.Pending)
+	}
+	d.Stop() // the blocked attempt is cancelled: the row stays due
+	if got := viewState(t, st, d, res.Seq); got != "due" {
+		t.Fatalf("state after stop = %q, want due", got)
 	}
 	s.mu.Lock()
 	s.block = nil
@@ -351,6 +376,49 @@ func TestDispatch_InflightReturnsToDueAfterRestart(t *testing.T) {
 	if m.ID != uuid.UUID(res.ID) || m.Attempt != 1 {
 		t.Fatalf("redelivered %s attempt %d; want %x attempt 1 (a shutdown spends no attempt)", m.ID, m.Attempt, res.ID)
 	}
+}
+
+// A store an older build wrote may hold in-flight rows (it stored its
+// claims): the boot returns each to due, and it is delivered, without
+// spending an attempt.
+func TestDispatch_AnOlderBuildsInflightRowsAreReclaimedAtBoot(t *testing.T) {
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", Body: []byte("x"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+	res, err := q.Submit(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The older build's claim, row by row: the due key gone, an in-flight
+	// row with its lease, the delivery row marked in flight.
+	dl, err := st.ReadDelivery(res.Seq, 0)
+	if err != nil || dl == nil {
+		t.Fatalf("delivery: %v %v", dl, err)
+	}
+	b := st.NewBatch()
+	_ = b.Delete(store.DueKey(dl.NextAtMs, res.Seq, 0), nil)
+	_ = b.Set(store.InflightKey(res.Seq, 0), store.U64(uint64(time.Now().Add(time.Minute).UnixMilli())), nil)
+	dl.State = store.StateInflight
+	_ = b.Set(store.DeliveryKey(res.Seq, 0), store.EncodeDelivery(dl), nil)
+	if err := st.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+
+	s := newScripted()
+	d := dispatch.New(st, dispatch.Options{Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
+		Durable: q.Durable, OnReclaim: q.Reclaimed, Poll: 10 * time.Millisecond, Logger: testutil.Logger(t)})
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	m := s.next(t)
+	if m.ID != uuid.UUID(res.ID) || m.Attempt != 1 {
+		t.Fatalf("delivered %s attempt %d; want %x attempt 1", m.ID, m.Attempt, res.ID)
+	}
+	testutil.Eventually(t, 10*time.Second, "the hook reclaimed", func() bool {
+		return count(t, st, store.PrefixHook) == 0 && count(t, st, store.PrefixInflight) == 0
+	})
 }
 
 func TestRetryPolicy_Delay(t *testing.T) {
@@ -421,5 +489,64 @@ func TestAttempt_DeadlineIsTheSinksBoundWhenShorter(t *testing.T) {
 	})
 	if !strings.Contains(dl.LastError, "sink's timeout of 50ms") {
 		t.Errorf("last_error = %q, want it to name the sink's timeout", dl.LastError)
+	}
+}
+
+// A delivery with a second due key (a retry's batch a reopen dropped
+// brings its old key back while the new key's claim runs) is attempted
+// once at a time, not once per key: the claim drops a key the row no
+// longer names while the row's own exists, and claims a row whose own key
+// is gone at one of its keys only. Before, every key was claimed in one
+// pass and the hook went to the sink twice at once.
+func TestDispatch_AStrayDueKeyIsNotAttemptedTwice(t *testing.T) {
+	tests := []struct {
+		name string
+		keys func(b *store.Batch, seq uint64, at int64)
+	}{
+		{"the old key back", func(b *store.Batch, seq uint64, at int64) {
+			_ = b.Set(store.DueKey(at-1000, seq, 0), nil, nil)
+		}},
+		{"two keys, the row's own gone", func(b *store.Batch, seq uint64, at int64) {
+			_ = b.Set(store.DueKey(at-2000, seq, 0), nil, nil)
+			_ = b.Set(store.DueKey(at-1000, seq, 0), nil, nil)
+			_ = b.Delete(store.DueKey(at, seq, 0), nil)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
+			q := testutil.StartQueue(t, st, queue.Options{})
+			r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", Body: []byte("x"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+			res, err := q.Submit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dl, err := st.ReadDelivery(res.Seq, 0)
+			if err != nil || dl == nil {
+				t.Fatalf("delivery: %v %v", dl, err)
+			}
+			b := st.NewBatch()
+			tc.keys(b, res.Seq, dl.NextAtMs)
+			if err := st.ApplySync(b); err != nil {
+				t.Fatal(err)
+			}
+			_ = b.Close()
+			s := newScripted()
+			d := dispatch.New(st, dispatch.Options{Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
+				Durable: q.Durable, OnReclaim: q.Reclaimed, Poll: 10 * time.Millisecond, Logger: testutil.Logger(t)})
+			if err := d.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer d.Stop()
+			testutil.Eventually(t, 10*time.Second, "the hook delivered and reclaimed, no due key left", func() bool {
+				return count(t, st, store.PrefixHook) == 0 && count(t, st, store.PrefixDue) == 0
+			})
+			s.mu.Lock()
+			n := len(s.got)
+			s.mu.Unlock()
+			if n != 1 {
+				t.Fatalf("%d attempts, want 1", n)
+			}
+		})
 	}
 }

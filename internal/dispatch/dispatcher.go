@@ -148,9 +148,12 @@ func (o *Options) fill() {
 
 // claimed is one row handed to a worker.
 type claimed struct {
-	seq      uint64
-	num      uint16
-	at       int64 // the due key's time
+	seq uint64
+	num uint16
+	at  int64 // the due key's time
+	// gen is the store generation the claim's scan read: a reopen since
+	// may have dropped writes the row's state came from (record).
+	gen      uint64
 	delivery store.Delivery
 	size     int64
 	// value is the hook's envelope from the hot cache (nil: the attempt
@@ -182,12 +185,18 @@ type Dispatcher struct {
 	// owned by the run goroutine
 	inflight      int
 	inflightBytes int64
+	// claims are the deliveries claimed, in memory only (claims.go): K1,
+	// K2. Written by the run goroutine; read by anyone.
+	claims claimSet
+	// gen is the store generation the loop's view of the rows is of
+	// (resync).
+	gen uint64
 	// unrecorded holds finished attempts whose outcome write failed (the
 	// store was failing): they are recorded again at the next loop turn.
-	// Their rows stay inflight meanwhile, so no scan claims them twice.
+	// Their claims are held meanwhile, so no scan claims them twice.
 	unrecorded []result
 	// finished holds results gathered for the next outcome batch (run:
-	// outcomeWait). Their rows are still inflight, as if still attempted.
+	// outcomeWait). Their claims are held, as if still attempted.
 	finished []result
 	// low is the due-scan cursor (ms): the scan starts there, skipping the
 	// tombstones of claimed rows below it. Invariant D1: no due row the
@@ -212,8 +221,7 @@ type Dispatcher struct {
 	hot  hotCache
 	jobs map[string]*job
 
-	inflightGauge atomic.Int64
-	deadGauge     atomic.Int64
+	deadGauge atomic.Int64
 	// retainedHooks and retainedBytes count the retained rows (history.go
 	// invariant 1); written on the loop, read by scrapes.
 	retainedHooks atomic.Int64
@@ -300,8 +308,9 @@ func (d *Dispatcher) Wake() {
 	}
 }
 
-// Start returns every inflight row to due (at-least-once after a restart),
-// loads replay jobs and runs the loop until Stop.
+// Start returns every inflight row an older build left to due
+// (at-least-once after a restart), loads replay jobs and runs the loop
+// until Stop.
 func (d *Dispatcher) Start() error {
 	if err := d.recoverInflight(); err != nil {
 		return err
@@ -320,6 +329,7 @@ func (d *Dispatcher) Start() error {
 	if err := d.loadRetained(); err != nil {
 		return err
 	}
+	d.gen = d.st.Generation()
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	d.done = make(chan struct{})
@@ -349,8 +359,8 @@ func (d *Dispatcher) Start() error {
 }
 
 // Stop cancels attempts in flight and waits for the loop. A cancelled
-// attempt is not recorded: its row stays inflight and returns to due at the
-// next start, without spending an attempt.
+// attempt is not recorded: its row stays due, to be attempted at the next
+// start without spending an attempt.
 func (d *Dispatcher) Stop() {
 	if d.cancel == nil {
 		return
@@ -384,6 +394,9 @@ func (d *Dispatcher) run(ctx context.Context) {
 	scan := true
 	var next time.Time
 	for {
+		if g := d.st.Generation(); g != d.gen {
+			d.resync(g)
+		}
 		if rs := d.unrecorded; len(rs) > 0 {
 			d.unrecorded = nil
 			d.record(rs)
@@ -476,9 +489,9 @@ const (
 )
 
 // drainResults records the attempts that finished at shutdown; cancelled
-// ones keep their rows inflight, to be returned to due at the next start.
+// ones leave their rows due, for the next start.
 func (d *Dispatcher) drainResults() {
-	// record leaves cancelled attempts' rows inflight.
+	// record leaves cancelled attempts' rows due.
 	// Outcomes whose write failed get one more try too.
 	if rs := append(append(d.unrecorded, d.finished...), d.takeResults()...); len(rs) > 0 {
 		d.unrecorded, d.finished = nil, nil
@@ -504,9 +517,11 @@ func (d *Dispatcher) do(ctx context.Context, f func()) error {
 	}
 }
 
-// recoverInflight moves every inflight row back to due: whatever attempt
-// was running when the node stopped may or may not have reached the sink,
-// so the hook is delivered again (at least once).
+// recoverInflight moves every inflight row an older build left back to
+// due: whatever attempt was running when the node stopped may or may not
+// have reached the sink, so the hook is delivered again (at least once).
+// This build writes no such row (claims.go); a store written by an older
+// one still holds them after its last run.
 func (d *Dispatcher) recoverInflight() error {
 	type row struct {
 		seq uint64
@@ -539,6 +554,39 @@ func (d *Dispatcher) recoverInflight() error {
 	}
 	d.log.Info("returned inflight deliveries to due", "rows", len(rows))
 	return nil
+}
+
+// resync makes the loop's view of the rows that of store generation g,
+// after a reopen (the queue's fence, after a failed WAL write or fsync).
+// The reopened store holds what the WAL kept, not everything Pebble had
+// reported applied: any of the loop's unsynced batches (outcomes, reclaims,
+// replay moves) may be gone. Its rows are then back as they were — a
+// delivery due again at its old key, found by the scan from the start
+// (Reopen rewinds the due floor) and attempted again, at least once — but
+// what the loop counted from them is not: the dead gauge and the retained
+// counters are counted again from the rows, and the hot cache, whose
+// entries may describe writes that are gone (H1), is dropped. The claims
+// stay: their attempts run, and their outcomes, recorded on g, know their
+// keys may be gone (record: Batch.DueUnsure). The queue's own counters are
+// recounted by its fence. A count that fails (the store is failing again)
+// is retried at the next turn.
+func (d *Dispatcher) resync(g uint64) {
+	d.hot.reset()
+	n, err := d.st.CountDead()
+	if err != nil {
+		d.log.Warn("recount dead rows after a store reopen", "err", err)
+		return
+	}
+	// The archive goroutine keeps the retained counters while it runs;
+	// without it they are the loop's.
+	if d.o.Archive == nil {
+		if err := d.loadRetained(); err != nil {
+			d.log.Warn("recount retained hooks after a store reopen", "err", err)
+			return
+		}
+	}
+	d.deadGauge.Store(int64(n))
+	d.gen = g
 }
 
 // noteDue keeps the scan cursor at or below a due key (D1). Dispatch's own

@@ -470,7 +470,7 @@ func (d *Dispatcher) summary(seq uint64, f HookFilter) (h *HookSummary, stop boo
 	}
 	pending, dead := false, false
 	var decodeErr error
-	err = d.st.ScanDeliveries(seq, func(_ uint16, v []byte) bool {
+	err = d.st.ScanDeliveries(seq, func(num uint16, v []byte) bool {
 		dl, err := store.DecodeDelivery(v)
 		if err != nil {
 			decodeErr = err
@@ -482,7 +482,7 @@ func (d *Dispatcher) summary(seq uint64, f HookFilter) (h *HookSummary, stop boo
 		case store.StateDead:
 			dead = true
 		}
-		s.Deliveries = append(s.Deliveries, DeliverySketch{Sink: dl.SinkID, State: store.StateName(dl.State), Attempts: dl.Attempts, LastError: dl.LastError})
+		s.Deliveries = append(s.Deliveries, DeliverySketch{Sink: dl.SinkID, State: d.ViewState(seq, num, dl), Attempts: dl.Attempts, LastError: dl.LastError})
 		return true
 	})
 	if err == nil {

@@ -85,6 +85,8 @@ type hotCache struct {
 	// was not held (H2): an entry handed over for it or below it arrived
 	// too late to be trusted and is not taken.
 	missed uint64
+	// highest is the highest seq taken into the ring (reset).
+	highest uint64
 }
 
 // Committed takes the new hooks of one durable group (queue.Options.
@@ -138,9 +140,21 @@ func (h *hotCache) take() {
 		}
 		h.bytes += int64(len(c.Value))
 		*e = hotHook{c: *c, live: true, attempts: e.attempts[:0]}
+		h.highest = max(h.highest, c.Seq)
 	}
 	clear(cs) // the buffer is reused: it must not keep values alive
 	h.spare = cs[:0]
+}
+
+// reset drops every entry, and every hand-over still pending of a hook
+// taken before (H2's line rises past them): a store reopen may have
+// dropped writes the entries describe (H1). Hooks committed after it are
+// taken again.
+func (h *hotCache) reset() {
+	for i := range h.ring {
+		h.drop(&h.ring[i])
+	}
+	h.missed = max(h.missed, h.highest)
 }
 
 // claimRead notes that a claim of seq read its delivery row from the

@@ -67,15 +67,22 @@ func (d *Dispatcher) record(rs []result) {
 	// done: rows this batch marks delivered, not yet visible in the store.
 	done := map[rowRef]*store.Delivery{}
 	dead := 0
+	gen := d.st.Generation()
 	for _, r := range rs {
 		c := r.c
 		d.inflight--
 		d.inflightBytes -= c.size
 		if isCancel(r.err) {
 			// Shutdown interrupted the attempt: not the sink's fault. The
-			// row stays inflight and returns to due at the next start
-			// without spending an attempt.
+			// row stays due, attempted again (at the next start) without
+			// spending an attempt.
 			continue
+		}
+		if c.gen != gen {
+			// Claimed from a generation a reopen replaced: the reopen may
+			// have dropped the write that made this due key, so its delete
+			// may name a key that is gone (C2).
+			b.DueUnsure()
 		}
 		dl := c.delivery
 		dl.Attempts++
@@ -110,7 +117,7 @@ func (d *Dispatcher) record(rs []result) {
 			if !permanent {
 				reason = "attempts exhausted: " + reason
 			}
-			b.Dead(c.seq, c.num, &dl, nowMs, reason)
+			b.Dead(c.at, c.seq, c.num, &dl, nowMs, reason)
 			d.hot.rewritten(c.seq, c.num)
 			dead++
 			outs = append(outs, outcome{dl.SinkID, "dead", r.dur})
@@ -121,7 +128,7 @@ func (d *Dispatcher) record(rs []result) {
 		delay := d.o.Retry.Delay(max(int(dl.Attempts), 1), d.o.Jitter(), retryAfter)
 		next := (now.Add(delay).UnixNano() + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 		d.logAttempt(b, c, &dl, "retry", r, nowMs)
-		b.Retry(c.seq, c.num, &dl, next)
+		b.Retry(c.at, c.seq, c.num, &dl, next)
 		d.hot.rewritten(c.seq, c.num)
 		d.noteDue(next)
 		outs = append(outs, outcome{dl.SinkID, "retry", r.dur})
@@ -129,17 +136,16 @@ func (d *Dispatcher) record(rs []result) {
 	hooks, rows, kept, keptBytes, removed := d.reclaim(b, nowMs, delivered, done)
 	for _, r := range delivered {
 		if removed[r.c.seq] {
-			b.DropInflight(r.c.seq, r.c.num) // the delivery row goes with the hook
+			b.DropDue(r.c.at, r.c.seq, r.c.num) // the delivery row goes with the hook
 			continue
 		}
-		b.Delivered(r.c.seq, r.c.num, &r.c.delivery, nowMs)
+		b.Delivered(r.c.at, r.c.seq, r.c.num, &r.c.delivery, nowMs)
 		d.logAttempt(b, r.c, &r.c.delivery, "delivered", r, nowMs)
 	}
 	if err := d.st.Apply(b); err != nil {
-		// The rows stay inflight in the store and the attempts are kept, to
-		// be recorded again at the next loop turn: a row left inflight is
-		// claimed by nobody until a restart, so dropping these results
-		// would leave the hook undelivered for the life of the process.
+		// The rows stay due in the store, their claims held, and the
+		// attempts are kept, to be recorded again at the next loop turn
+		// (the claims keep the scan off them meanwhile, K1).
 		d.log.Error("recording delivery outcomes failed; retrying", "rows", len(rs), "err", err)
 		for _, r := range rs {
 			d.inflight++
@@ -148,9 +154,14 @@ func (d *Dispatcher) record(rs []result) {
 		d.unrecorded = append(d.unrecorded, rs...)
 		return
 	}
-	// Only now: while the write is retried the rows are still inflight,
-	// and a scrape between a failed try and its undo must not see them go.
-	d.inflightGauge.Store(int64(d.inflight))
+	// Only now (K2): while the write is retried the rows are still
+	// claimed, and a scrape must not see them go before their outcome.
+	d.claims.release(rs)
+	for _, r := range rs {
+		if isCancel(r.err) {
+			d.noteDue(r.c.at) // K2: the row stays due behind the cursor
+		}
+	}
 	// Only now too (H1): a delivery the cache counts must be one the store
 	// has, or a later batch could remove the hook while this one's write
 	// is still to be retried.

@@ -81,11 +81,23 @@ func (d *Dispatcher) DLQ(f DLQFilter) (total int, entries []DeadEntry, err error
 	return total, entries, nil
 }
 
-// OldestDueAge is how long the oldest due row has been due (0 if none is
-// due yet): the dispatch lag.
+// OldestDueAge is how long the oldest due row not being attempted has
+// been due (0 if none is due yet): the dispatch lag. The claimed rows are
+// stepped over (K1): at most as many as are in flight.
 func (d *Dispatcher) OldestDueAge(now time.Time) time.Duration {
-	at, ok, _ := d.st.OldestDue()
-	if !ok {
+	var at int64
+	found := false
+	s := &d.claims
+	s.mu.RLock()
+	_ = d.st.ScanDue(0, func(a int64, seq uint64, num uint16) bool {
+		if c, ok := s.m[rowRef{seq, num}]; ok && c == a {
+			return true
+		}
+		at, found = a, true
+		return false
+	})
+	s.mu.RUnlock()
+	if !found {
 		return 0
 	}
 	return max(now.Sub(time.UnixMilli(at)), 0)
@@ -105,12 +117,14 @@ type Gauges struct {
 
 // Gauges reads the queue gauges. Pending is the store's due count, kept as
 // batches apply (store.DueRows: no walk, but after a store fault the first
-// read walks the due rows once); OldestDueAge is one seek.
+// read walks the due rows once), less the claimed rows (they are due in the
+// store, K1); Inflight is the claims. OldestDueAge is one seek past them.
 func (d *Dispatcher) Gauges() Gauges {
 	n, _ := d.st.DueRows()
+	inflight := int64(d.claims.count())
 	return Gauges{
-		Pending:      int64(n),
-		Inflight:     d.inflightGauge.Load(),
+		Pending:      max(int64(n)-inflight, 0),
+		Inflight:     inflight,
 		Dead:         d.deadGauge.Load(),
 		OldestDueAge: d.OldestDueAge(d.o.Now()),
 		HistoryHooks: d.retainedHooks.Load(),

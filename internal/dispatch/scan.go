@@ -64,15 +64,10 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 		return p.next
 	}
 	picked := d.roundRobin(p)
-	claims, err := d.claim(p, append(d.probeParked(p, len(picked)), picked...))
-	if err != nil {
-		d.log.Warn("claim failed", "rows", len(claims), "err", err)
-		return now.Add(d.o.Poll)
-	}
+	claims := d.claim(p, append(d.probeParked(p, len(picked)), picked...))
 	if len(claims) == 0 {
 		return p.next
 	}
-	d.inflightGauge.Store(int64(d.inflight))
 	for _, c := range claims {
 		d.work <- c // never blocks: it holds up to MaxInflight, as many as may be claimed
 	}
@@ -93,6 +88,11 @@ func (d *Dispatcher) collect(p *pass) error {
 			return false
 		}
 		p.lastAt, p.stepped = at, true
+		if _, ok := d.claims.at(seq, num); ok {
+			// Claimed (K1): seen, and its outcome deletes the key or its
+			// release moves the cursor back to it (K2).
+			return true
+		}
 		if p.free <= 0 || p.seen >= limit {
 			// Enough candidates; rows still due are found by the next scan,
 			// which runs as soon as a slot frees up.
@@ -205,7 +205,7 @@ func (d *Dispatcher) probeParked(p *pass, picked int) []candidate {
 				ended = false
 				return false
 			}
-			if n == num && seq <= durable {
+			if _, claimed := d.claims.at(seq, n); n == num && seq <= durable && !claimed {
 				probes = append(probes, candidate{at, seq, num})
 				found = true
 				return false
@@ -223,16 +223,20 @@ func (d *Dispatcher) probeParked(p *pass, picked int) []candidate {
 	return probes
 }
 
-// claim moves the picked rows to in flight in one batch, within the
-// inflight byte bound, and counts them in flight. On an error nothing is
-// claimed (the claims returned only count the rows the batch held) and
-// every picked row stays due.
-func (d *Dispatcher) claim(p *pass, picked []candidate) ([]claimed, error) {
-	b := d.st.NewBatch()
-	defer b.Close()
+// claim claims the picked rows, within the inflight byte bound, and counts
+// them in flight. A claim writes nothing (claims.go): the rows stay due in
+// the store and the claim set keeps the scan, and everyone else, off them
+// (K1). The one write is the drop of a due key whose delivery row is gone
+// or no longer due; it failing costs nothing (the next scan drops it
+// again).
+func (d *Dispatcher) claim(p *pass, picked []candidate) []claimed {
+	var drop *store.Batch
 	var claims []claimed
-	lease := p.nowMs + (2 * d.o.AttemptTimeout).Milliseconds()
+	gen := d.st.Generation()
 	for i, c := range picked {
+		if _, ok := d.claims.at(c.seq, c.num); ok {
+			continue // K1 (the probe walk and the scan never yield one; a lost write could)
+		}
 		dl, ok, value, err := d.readClaim(c)
 		if err != nil && !errors.Is(err, store.ErrCorrupt) {
 			d.log.Warn("read delivery row", "seq", c.seq, "err", err)
@@ -243,9 +247,24 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) ([]claimed, error) {
 			d.log.Error("corrupt delivery row", "seq", c.seq, "sink", c.num, "err", err)
 			continue
 		}
-		if !ok {
-			// A due key without its row: left by an interrupted reclaim. Drop it.
-			b.DropDue(c.at, c.seq, c.num)
+		if !ok || dl.State == store.StateDelivered || dl.State == store.StateDead || d.strayDue(c, &dl) {
+			// A due key without its row, left by an interrupted reclaim of
+			// an older build; or a key the row no longer names: a reopen
+			// dropped a retry's batch, bringing its old due key back, while
+			// the claim of its new key ran, and that claim's outcome
+			// finished the row or moved it on. Drop it.
+			if drop == nil {
+				drop = d.st.NewBatch()
+				defer drop.Close()
+			}
+			drop.DropDue(c.at, c.seq, c.num)
+			continue
+		}
+		if dl.NextAtMs != c.at && claimedIn(claims, c) {
+			// A second key of a row whose own key is gone (strayDue), both
+			// picked by this pass: K1. Left due, for a later scan to find
+			// once this claim's outcome moved the row on.
+			p.leave(c.at)
 			continue
 		}
 		size := int64(dl.Size)
@@ -255,45 +274,43 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) ([]claimed, error) {
 			}
 			break
 		}
-		claims = append(claims, claimed{seq: c.seq, num: c.num, at: c.at, delivery: dl, size: size, value: value})
+		claims = append(claims, claimed{seq: c.seq, num: c.num, at: c.at, gen: gen, delivery: dl, size: size, value: value})
 		d.inflight++
 		d.inflightBytes += size
 		if br := d.breakers[c.num]; br != nil && br.halfOpen(p.now) {
 			br.probing = true
 		}
 	}
-	if len(claims) == 0 {
-		_ = d.st.Apply(b)
-		return nil, nil
-	}
-	rows := make([]store.ClaimRow, len(claims))
-	for i := range claims {
-		c := &claims[i]
-		rows[i] = store.ClaimRow{DueAtMs: c.at, Seq: c.seq, Sink: c.num, Delivery: &c.delivery}
-	}
-	b.ClaimAll(rows, lease)
-	// Not synced: a claim lost in a crash leaves the row due, and a claim
-	// that survives returns to due at the next start. Either way it is
-	// delivered again, never dropped.
-	if err := d.st.Apply(b); err != nil {
-		for _, c := range claims {
-			d.inflight--
-			d.inflightBytes -= c.size
-			if br := d.breakers[c.num]; br != nil && br.halfOpen(p.now) {
-				// The probe this scan chose never started: without this the
-				// sink's breaker waits for its result for ever and none of
-				// its rows is claimed again (found by the simulator).
-				br.probing = false
-			}
+	if drop != nil {
+		if err := d.st.Apply(drop); err != nil {
+			d.log.Warn("drop stray due rows", "err", err)
 		}
-		// Their due rows are still there: the cursor must not pass them, or
-		// they wait for the next restart (found by the simulator).
-		for _, c := range picked {
-			p.leave(c.at)
-		}
-		return claims, err // claims only for their count: none was made
 	}
-	return claims, nil
+	d.claims.add(claims)
+	return claims
+}
+
+// strayDue reports whether c's due key is not the one its due row dl
+// names (a due row's NextAtMs is its key's time, store/delivery.go) while
+// that one exists: then c's is a leftover (claim). A due row whose own key
+// is missing is claimed at c's all the same — at least once, never a guess.
+func (d *Dispatcher) strayDue(c candidate, dl *store.Delivery) bool {
+	if dl.State != store.StateDue || dl.NextAtMs == c.at {
+		return false
+	}
+	has, err := d.st.HasDue(dl.NextAtMs, c.seq, c.num)
+	return err == nil && has
+}
+
+// claimedIn reports whether cs claims c's delivery (a walk: only for the
+// rare row whose key is not the one it names).
+func claimedIn(cs []claimed, c candidate) bool {
+	for i := range cs {
+		if cs[i].seq == c.seq && cs[i].num == c.num {
+			return true
+		}
+	}
+	return false
 }
 
 // readClaim returns the delivery row a claim of c moves, from the hot
@@ -379,7 +396,7 @@ func (d *Dispatcher) attempt(ctx context.Context, c claimed, m *sink.Message) {
 }
 
 // cancelUnstarted answers the claims no worker took before the loop
-// stopped: cancelled, so their rows stay inflight for the next start.
+// stopped: cancelled, so their rows stay due for the next start.
 func (d *Dispatcher) cancelUnstarted(err error) {
 	for {
 		select {

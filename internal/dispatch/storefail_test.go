@@ -20,7 +20,7 @@ import (
 // Defect G. A failed fsync fences the queue; the fence's Store.Reopen then
 // keeps failing, so for a while no DB generation is open. A delivery that
 // finishes in that window must not crash the node: its outcome fails to
-// record (the row stays inflight and is returned to due at the next start)
+// record (its claim is held and the row stays due, for the next start)
 // and the node stops through OnFatal — which the binary turns into exit
 // status 75 — after the fence's reopen attempts. Before the fix
 // Store.NewBatch returned nil in that window and the outcome's Delete on it
@@ -70,8 +70,8 @@ func TestDispatch_DeliveryFinishingWhileTheStoreCannotReopenDoesNotPanic(t *test
 	case <-time.After(10 * time.Second):
 		t.Fatal("the delivery never reached the sink")
 	}
-	if n := count(t, st, store.PrefixInflight); n != 1 {
-		t.Fatalf("inflight rows while the sink holds the attempt = %d, want 1", n)
+	if g := disp.Gauges(); g.Inflight != 1 {
+		t.Fatalf("inflight gauge while the sink holds the attempt = %d, want 1", g.Inflight)
 	}
 
 	// The next fsync fails and every reopen fails with it.
@@ -86,11 +86,12 @@ func TestDispatch_DeliveryFinishingWhileTheStoreCannotReopenDoesNotPanic(t *test
 		return errors.Is(st.Failed(), store.ErrClosed)
 	})
 	// The delivery finishes in the window; recording its outcome fails
-	// (the row stays inflight in the store) and the loop carries on.
+	// (the row stays due in the store, its claim held) and the loop
+	// carries on.
 	close(s.block)
 	s.next(t)
 	// The loop carries on: the outcome write is refused (and retried), no
-	// panic. The row is still inflight, and the gauge says so.
+	// panic. The delivery is still in flight, and the gauge says so.
 	testutil.Eventually(t, 10*time.Second, "the outcome write refused", func() bool {
 		return len(rec.Matching("recording delivery outcomes failed")) > 0
 	})
@@ -117,14 +118,14 @@ func TestDispatch_DeliveryFinishingWhileTheStoreCannotReopenDoesNotPanic(t *test
 	_ = b.Close()
 }
 
-// A claim whose write fails leaves its rows due, and the scan cursor must
-// not pass them. Before the fix the cursor moved to the last row the
-// failed scan visited, so the earlier rows of that claim were never
-// scanned again (until a restart re-scanned from zero): a due hook no
-// longer delivered. Here the claim write fails because Pebble recorded a
-// fatal error (a failed WAL fsync); the store then comes back by Reopen,
-// as the queue's fence does it.
-func TestDispatch_FailedClaimKeepsTheCursorAtOrBelowItsRows(t *testing.T) {
+// A store that refuses writes (Pebble recorded a failed WAL fsync; the
+// store comes back by Reopen, as the queue's fence does it) does not hold
+// up the attempts of rows already durable: a claim writes nothing. Their
+// outcomes wait, claims held, until the store is back, and are recorded
+// then: the hooks are reclaimed. (Until the claim moved to memory it was a
+// write, refused here; a refused claim let the scan cursor pass its rows,
+// fixed then and moot now.)
+func TestDispatch_AStoreRefusingWritesHoldsUpOnlyTheOutcomes(t *testing.T) {
 	gate := testutil.NewWALSyncGate()
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
 	// Two hooks due at two distinct milliseconds in the past.
@@ -157,12 +158,6 @@ func TestDispatch_FailedClaimKeepsTheCursorAtOrBelowItsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Stop)
-	testutil.Eventually(t, 10*time.Second, "a claim refused by the failed store", func() bool {
-		return len(rec.Matching("claim failed", "rows=2")) > 0
-	})
-	if err := st.Reopen(); err != nil {
-		t.Fatal(err)
-	}
 	got := map[uint64]bool{}
 	deadline := time.After(10 * time.Second)
 	for !got[first.Seq] || !got[second.Seq] {
@@ -170,16 +165,32 @@ func TestDispatch_FailedClaimKeepsTheCursorAtOrBelowItsRows(t *testing.T) {
 		case m := <-s.seen:
 			got[m.Seq] = true
 		case <-deadline:
-			t.Fatalf("delivered seqs %v after the store came back, want %d and %d", got, first.Seq, second.Seq)
+			t.Fatalf("delivered seqs %v while the store refuses writes, want %d and %d", got, first.Seq, second.Seq)
 		}
+	}
+	testutil.Eventually(t, 10*time.Second, "the outcomes refused by the failed store", func() bool {
+		return len(rec.Matching("recording delivery outcomes failed")) > 0
+	})
+	if g := d.Gauges(); g.Inflight != 2 {
+		t.Fatalf("inflight gauge while the outcomes wait = %d, want 2", g.Inflight)
+	}
+	if err := st.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the outcomes recorded once the store is back", func() bool {
+		hooks, err := st.Count([]byte{store.PrefixHook})
+		return err == nil && hooks == 0
+	})
+	if g := d.Gauges(); g.Inflight != 0 || g.Pending != 0 {
+		t.Fatalf("gauges after the outcomes: inflight %d pending %d, want 0 and 0", g.Inflight, g.Pending)
 	}
 }
 
 // An outcome that cannot be written (the store is being reopened by the
-// queue's fence) leaves its row inflight in the store. A fence that
+// queue's fence) leaves its row due in the store, its claim held. A fence that
 // recovers never restarts the node, so the outcome must be written once the
 // store is back: the hook is then reclaimed, with no restart and no row
-// left inflight. (Before main's 24a3cbb the row stayed inflight until the
+// left due. (Before main's 24a3cbb the row stayed inflight until the
 // next start.)
 func TestDispatch_OutcomeLostToAStoreFaultIsRecordedOnceTheStoreIsBack(t *testing.T) {
 	gate := testutil.NewWALSyncGate()
@@ -244,8 +255,8 @@ func TestDispatch_OutcomeLostToAStoreFaultIsRecordedOnceTheStoreIsBack(t *testin
 	testutil.Eventually(t, 10*time.Second, "the hook reclaimed once the store is back", func() bool {
 		// The fence may still be reopening: an error is "not yet".
 		hooks, herr := st.Count([]byte{store.PrefixHook})
-		inflight, ierr := st.Count([]byte{store.PrefixInflight})
-		return herr == nil && ierr == nil && hooks == 0 && inflight == 0
+		due, derr := st.Count([]byte{store.PrefixDue})
+		return herr == nil && derr == nil && hooks == 0 && due == 0
 	})
 	if g := disp.Gauges(); g.Inflight != 0 {
 		t.Fatalf("inflight gauge after the outcome was written = %d, want 0", g.Inflight)

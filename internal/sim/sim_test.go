@@ -32,11 +32,14 @@ var (
 // out, each because it finds a defect that is not fixed yet
 // (docs/testing.md, "Simulation", lists them with seeds):
 //
-//   - write, writeoutage: failed WAL writes. Pebble has already reported
-//     the dispatcher's unsynced writes (claims, outcomes, reclaims) done;
-//     the fence's reopen drops them, and the dispatcher's view (dead gauge,
-//     reclaimed rows) no longer matches the store: rule 7 fails, and a
-//     delivery row can outlive its hook.
+//   - write, writeoutage: failed WAL writes. They no longer find a
+//     dispatch defect (the claim is in memory, and the dispatcher resyncs
+//     its gauges and hot cache after a reopen: 0 violations of rules 1 and
+//     7 over seeds 1–1000 with them in). They stay out only because
+//     adding them shifts every schedule's seeded draws, and one of the
+//     shifted schedules (seed 872, -sim.exclude= on main too) hits defect
+//     C's rule: a fresh store over a truncated log is not refused
+//     (docs/testing.md). Take them out once that is fixed.
 //
 // poison (a body the log refuses Permanent at every publish) was left out
 // until boot recovery carried such a record instead of failing on it and

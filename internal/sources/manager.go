@@ -598,20 +598,19 @@ type dueRow struct {
 	num uint16
 }
 
-// pending lists the due rows of e's sinks and counts the inflight ones.
+// pending lists the due rows of e's sinks and counts those being attempted
+// (the dispatcher's claims: such a row is due in the store, and is counted
+// in flight, not due).
 func (m *Manager) pending(e *entry) (due []dueRow, inflight int, err error) {
-	due, err = m.dueRows(e)
+	inflight, claimed := m.o.Dispatch.InFlightOf(func(num uint16) bool { return e.sinks[num] != nil })
+	all, err := m.dueRows(e)
 	if err != nil {
 		return nil, 0, err
 	}
-	err = m.o.Store.ScanInflight(func(_ uint64, num uint16) bool {
-		if e.sinks[num] != nil {
-			inflight++
+	for _, r := range all {
+		if !claimed(r.at, r.seq, r.num) {
+			due = append(due, r)
 		}
-		return true
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("scan inflight deliveries: %w", err)
 	}
 	return due, inflight, nil
 }

@@ -357,7 +357,8 @@ func TestDelete_DeadLetterCountsInTheDeadGaugeWithoutARestart(t *testing.T) {
 		e.Sinks.Started(t)
 	}
 	testutil.Eventually(t, 10*time.Second, "every row back to due after its failed attempt", func() bool {
-		return e.Count(t, store.PrefixInflight) == 0 && e.Count(t, store.PrefixDue) == rows
+		g := e.Dispatch.Gauges()
+		return g.Inflight == 0 && g.Pending == rows
 	})
 	if g := e.Dispatch.Gauges(); g.Dead != 0 {
 		t.Fatalf("dead gauge before the delete = %d", g.Dead)

@@ -65,6 +65,12 @@ func (b *Batch) Delete(key []byte, _ *pebble.WriteOptions) error {
 	return nil
 }
 
+// DueUnsure says a due delete of this batch may name a row already gone
+// (the caller read it from an earlier DB generation, which a reopen may
+// have rolled back): the due count is walked again after it (C2), where
+// counting the delete would leave it one too low for good.
+func (b *Batch) DueUnsure() { b.dueUnsure = true }
+
 // Close releases the batch; safe on a dead batch and after Apply.
 func (b *Batch) Close() error {
 	if b.b == nil {

@@ -6,93 +6,67 @@ package store
 // them (PutHook's due rows); it never builds a key itself.
 //
 // A delivery (d + seq + sink) is in one state, and exactly one index row
-// names it while it is due, in flight or dead:
+// names it while it is due or dead:
 //
 //	due       q + at + seq + sink       (the due scan's order)
-//	inflight  f + seq + sink → lease    (returned to due at the next start)
 //	dead      x + dead_at + seq + sink  (the dead-letter queue)
 //	delivered none (kept until the hook is removed, or retained)
+//
+// A delivery being attempted is still due in the store: the dispatcher
+// holds its claim in memory only (internal/dispatch, claims.go), and a
+// crash leaves the row due, to be attempted again — which is all a stored
+// claim bought (issue 14: writing the claim and deleting it with the
+// outcome cost about 4 % of a node's CPU). The outcome then moves the row
+// from its due key (Delivered, Retry, Dead name it).
+//
+// Builds before that wrote a claim row (f + seq + sink → lease, state
+// inflight): Reclaim returns such rows to due at boot, and nothing writes
+// them any more.
 //
 // Each operation below moves one delivery between two states in one batch,
 // so a crash leaves it in the old state or the new one, never with two
 // index rows or none. Each sets the state fields it owns on dl and writes
-// it; the caller sets the rest (Attempts, LastError) before.
+// it; the caller sets the rest (Attempts, LastError) before. For a due
+// row, NextAtMs is the time of its due key (every operation that writes a
+// due key sets it so): the dispatcher finds a due row's key from its row.
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Claim moves a delivery due at dueAtMs to in flight until leaseUntilMs,
-// setting dl.State.
-func (b *Batch) Claim(dueAtMs int64, seq uint64, sink uint16, dl *Delivery, leaseUntilMs int64) {
-	b.ClaimAll([]ClaimRow{{DueAtMs: dueAtMs, Seq: seq, Sink: sink, Delivery: dl}}, leaseUntilMs)
-}
-
-// ClaimRow is one delivery ClaimAll moves to in flight.
-type ClaimRow struct {
-	DueAtMs  int64
-	Seq      uint64
-	Sink     uint16
-	Delivery *Delivery
-}
-
-// ClaimAll is Claim for every row of rs, all leased until leaseUntilMs,
-// written family by family from one key and one value buffer (the
-// reasons are DeleteDeliveredHooks'; Set and Delete copy both). Like
-// Claim, it sets each row's Delivery.State to in flight: the caller's
-// copy is the row as written.
-func (b *Batch) ClaimAll(rs []ClaimRow, leaseUntilMs int64) {
-	var k, v []byte
-	for _, r := range rs {
-		k = appendDueKey(k[:0], r.DueAtMs, r.Seq, r.Sink)
-		_ = b.Delete(k, nil)
-	}
-	v = binary.BigEndian.AppendUint64(v[:0], uint64(leaseUntilMs))
-	for _, r := range rs {
-		k = appendInflightKey(k[:0], r.Seq, r.Sink)
-		_ = b.Set(k, v, nil)
-	}
-	for _, r := range rs {
-		r.Delivery.State = StateInflight
-		k = appendDeliveryKey(k[:0], r.Seq, r.Sink)
-		v = appendDelivery(v[:0], r.Delivery)
-		_ = b.Set(k, v, nil)
-	}
-}
-
-// Delivered moves an in-flight delivery to delivered at atMs. NextAtMs of
-// a finished row is when it finished (the retained row's time is the
-// newest of them).
-func (b *Batch) Delivered(seq uint64, sink uint16, dl *Delivery, atMs int64) {
+// Delivered moves a delivery due at dueAtMs, whose attempt succeeded, to
+// delivered at atMs. NextAtMs of a finished row is when it finished (the
+// retained row's time is the newest of them).
+func (b *Batch) Delivered(dueAtMs int64, seq uint64, sink uint16, dl *Delivery, atMs int64) {
 	MarkDelivered(dl, atMs)
-	_ = b.Delete(InflightKey(seq, sink), nil)
+	_ = b.Delete(DueKey(dueAtMs, seq, sink), nil)
 	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
 }
 
 // MarkDelivered sets the fields Delivered owns on dl without writing it:
 // the dispatcher decides only after the whole outcome batch whether the
-// row is written delivered or removed with its hook (then DropInflight
-// and DeleteDeliveredHooks are its writes).
+// row is written delivered or removed with its hook (then DropDue and
+// DeleteDeliveredHooks are its writes).
 func MarkDelivered(dl *Delivery, atMs int64) {
 	dl.State, dl.NextAtMs, dl.LastError = StateDelivered, atMs, ""
 }
 
-// Retry moves an in-flight delivery back to due at nextMs.
-func (b *Batch) Retry(seq uint64, sink uint16, dl *Delivery, nextMs int64) {
+// Retry moves a delivery due at dueAtMs, whose attempt failed, to due at
+// nextMs.
+func (b *Batch) Retry(dueAtMs int64, seq uint64, sink uint16, dl *Delivery, nextMs int64) {
 	dl.State, dl.NextAtMs = StateDue, nextMs
-	_ = b.Delete(InflightKey(seq, sink), nil)
+	_ = b.Delete(DueKey(dueAtMs, seq, sink), nil)
 	_ = b.Set(DueKey(nextMs, seq, sink), nil, nil)
 	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
 }
 
-// Dead moves an in-flight delivery to the dead-letter queue at atMs with
-// reason (its dead row's value).
-func (b *Batch) Dead(seq uint64, sink uint16, dl *Delivery, atMs int64, reason string) {
+// Dead moves a delivery due at dueAtMs, whose attempt failed for good, to
+// the dead-letter queue at atMs with reason (its dead row's value).
+func (b *Batch) Dead(dueAtMs int64, seq uint64, sink uint16, dl *Delivery, atMs int64, reason string) {
 	dl.State, dl.NextAtMs = StateDead, atMs
-	_ = b.Delete(InflightKey(seq, sink), nil)
+	_ = b.Delete(DueKey(dueAtMs, seq, sink), nil)
 	_ = b.Set(DeadKey(atMs, seq, sink), []byte(reason), nil)
 	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
 }
@@ -126,8 +100,9 @@ func (b *Batch) Resend(seq uint64, sink uint16, dl *Delivery, atMs int64, replay
 	_ = b.Set(DueKey(atMs, seq, sink), nil, nil)
 }
 
-// Reclaim moves an in-flight delivery whose attempt's outcome is unknown
-// (the node stopped) back to due at atMs, without spending an attempt.
+// Reclaim moves a delivery an older build left in flight (its f row: the
+// node stopped while the attempt ran, so its outcome is unknown) back to
+// due at atMs, without spending an attempt.
 func (b *Batch) Reclaim(seq uint64, sink uint16, dl *Delivery, atMs int64) {
 	dl.State, dl.NextAtMs = StateDue, atMs
 	_ = b.Delete(InflightKey(seq, sink), nil)
@@ -135,13 +110,15 @@ func (b *Batch) Reclaim(seq uint64, sink uint16, dl *Delivery, atMs int64) {
 	_ = b.Set(DueKey(atMs, seq, sink), nil, nil)
 }
 
-// DropDue removes a due row whose delivery row is gone (left by an
-// interrupted reclaim of an older build).
+// DropDue removes a due row: its delivery row is gone (left by an
+// interrupted reclaim of an older build) or no longer due, or its hook is
+// removed in the same batch.
 func (b *Batch) DropDue(atMs int64, seq uint64, sink uint16) {
 	_ = b.Delete(DueKey(atMs, seq, sink), nil)
 }
 
-// DropInflight removes an in-flight row whose delivery row is gone.
+// DropInflight removes an older build's in-flight row whose delivery row
+// is gone.
 func (b *Batch) DropInflight(seq uint64, sink uint16) {
 	_ = b.Delete(InflightKey(seq, sink), nil)
 }
@@ -254,6 +231,12 @@ func (s *Store) ScanDue(fromMs int64, fn func(atMs int64, seq uint64, sink uint1
 	})
 }
 
+// HasDue reports whether delivery (seq, sink) has a due row at atMs.
+func (s *Store) HasDue(atMs int64, seq uint64, sink uint16) (bool, error) {
+	v, err := s.Get(DueKey(atMs, seq, sink))
+	return v != nil, err
+}
+
 // OldestDue is the time of the earliest due row (ok false if none).
 func (s *Store) OldestDue() (atMs int64, ok bool, err error) {
 	err = s.ScanDue(0, func(at int64, _ uint64, _ uint16) bool {
@@ -269,7 +252,8 @@ func (s *Store) CountDue() (uint64, error) { return s.Count([]byte{PrefixDue}) }
 // CountDead counts the dead rows (a scan).
 func (s *Store) CountDead() (uint64, error) { return s.Count([]byte{PrefixDead}) }
 
-// ScanInflight calls fn for every in-flight row until fn returns false.
+// ScanInflight calls fn for every in-flight row an older build left
+// until fn returns false.
 func (s *Store) ScanInflight(fn func(seq uint64, sink uint16) bool) error {
 	return s.Scan([]byte{PrefixInflight}, []byte{PrefixInflight + 1}, func(k, _ []byte) bool {
 		seq, sink, ok := ParseSeqSinkKey(k)

@@ -49,11 +49,13 @@ func indexOf(t *testing.T, st *store.Store, seq uint64, sink uint16) deliveryInd
 // afterwards the delivery row holds the new state and exactly the index
 // row of that state names it (none when delivered), so a crash after the
 // apply can never find a delivery with two index rows, or a due one with
-// none.
+// none. An attempt's outcome moves the row from its due key (the claim is
+// the dispatcher's, in memory); an older build's claim row is returned to
+// due by Reclaim.
 func TestDelivery_EveryTransitionLeavesExactlyTheIndexRowOfItsNewState(t *testing.T) {
 	const seq, sink = 7, 3
 	type step func(b *store.Batch, st *store.Store, dl *store.Delivery)
-	claim := func(b *store.Batch, _ *store.Store, dl *store.Delivery) { b.Claim(100, seq, sink, dl, 900) }
+	claim := func(b *store.Batch, _ *store.Store, dl *store.Delivery) { b.LegacyClaim(100, seq, sink, dl, 900) }
 	tests := []struct {
 		name    string
 		before  []step // applied one batch each, from a due row at 100
@@ -65,15 +67,15 @@ func TestDelivery_EveryTransitionLeavesExactlyTheIndexRowOfItsNewState(t *testin
 		dead    []int64
 		attempt uint32
 	}{
-		{"claim", nil, claim, store.StateInflight, 100, nil, 1, nil, 0},
-		{"delivered", []step{claim}, func(b *store.Batch, _ *store.Store, dl *store.Delivery) {
-			b.Delivered(seq, sink, dl, 200)
+		{"an older build's claim", nil, claim, store.StateInflight, 100, nil, 1, nil, 0},
+		{"delivered", nil, func(b *store.Batch, _ *store.Store, dl *store.Delivery) {
+			b.Delivered(100, seq, sink, dl, 200)
 		}, store.StateDelivered, 200, nil, 0, nil, 0},
-		{"retry", []step{claim}, func(b *store.Batch, _ *store.Store, dl *store.Delivery) {
-			b.Retry(seq, sink, dl, 300)
+		{"retry", nil, func(b *store.Batch, _ *store.Store, dl *store.Delivery) {
+			b.Retry(100, seq, sink, dl, 300)
 		}, store.StateDue, 300, []int64{300}, 0, nil, 0},
-		{"dead", []step{claim}, func(b *store.Batch, _ *store.Store, dl *store.Delivery) {
-			b.Dead(seq, sink, dl, 400, "refused")
+		{"dead", nil, func(b *store.Batch, _ *store.Store, dl *store.Delivery) {
+			b.Dead(100, seq, sink, dl, 400, "refused")
 		}, store.StateDead, 400, nil, 0, []int64{400}, 0},
 		{"dead from due", nil, func(b *store.Batch, _ *store.Store, dl *store.Delivery) {
 			b.DeadFromDue(100, seq, sink, dl, 500, "sink removed")
@@ -81,9 +83,9 @@ func TestDelivery_EveryTransitionLeavesExactlyTheIndexRowOfItsNewState(t *testin
 		{"reclaim", []step{claim}, func(b *store.Batch, _ *store.Store, dl *store.Delivery) {
 			b.Reclaim(seq, sink, dl, 600)
 		}, store.StateDue, 600, []int64{600}, 0, nil, 0},
-		{"revive", []step{claim, func(b *store.Batch, _ *store.Store, dl *store.Delivery) {
+		{"revive", []step{func(b *store.Batch, _ *store.Store, dl *store.Delivery) {
 			dl.Attempts = 5
-			b.Dead(seq, sink, dl, 400, "refused")
+			b.Dead(100, seq, sink, dl, 400, "refused")
 		}}, func(b *store.Batch, st *store.Store, dl *store.Delivery) {
 			r, ok, err := st.FindDead(seq, sink, dl.NextAtMs)
 			if err != nil || !ok {
@@ -91,9 +93,9 @@ func TestDelivery_EveryTransitionLeavesExactlyTheIndexRowOfItsNewState(t *testin
 			}
 			b.Revive(r, dl, 700, "job")
 		}, store.StateDue, 700, []int64{700}, 0, nil, 0},
-		{"resend a dead row", []step{claim, func(b *store.Batch, _ *store.Store, dl *store.Delivery) {
+		{"resend a dead row", []step{func(b *store.Batch, _ *store.Store, dl *store.Delivery) {
 			dl.Attempts = 5
-			b.Dead(seq, sink, dl, 400, "refused")
+			b.Dead(100, seq, sink, dl, 400, "refused")
 		}}, func(b *store.Batch, st *store.Store, dl *store.Delivery) {
 			r, ok, err := st.FindDead(seq, sink, dl.NextAtMs)
 			if err != nil || !ok {
@@ -148,7 +150,7 @@ func TestDelivery_DueRowsLowerTheDueFloor(t *testing.T) {
 	_, _ = st.TakeDueFloor()
 	b := st.NewBatch()
 	defer b.Close()
-	b.Retry(1, 0, &store.Delivery{}, 42)
+	b.Retry(10, 1, 0, &store.Delivery{}, 42)
 	if err := st.Apply(b); err != nil {
 		t.Fatal(err)
 	}

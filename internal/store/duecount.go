@@ -27,7 +27,7 @@ import (
 //	    delivery is named by exactly one index row (delivery.go), the commit
 //	    path writes the rows of new seqs only (replays check first), and the
 //	    dispatcher — the one writer of delivery rows after that — deletes
-//	    the due keys its scan read. So an applied batch moves the count by
+//	    the due keys its scan read from the open generation. So an applied batch moves the count by
 //	    its due sets minus its due deletes (Batch.dueDelta), and a raw Set
 //	    or Delete of a due key is bound by C1 too.
 //	C2. Where C1 cannot be vouched for, the count is stale and the next read
@@ -36,7 +36,8 @@ import (
 //	    kept, not what was applied), after a failed apply (its rows may or
 //	    may not be in the next generation), and after a batch that removed
 //	    rows which may already be gone (DeleteRows: the fence undoes groups
-//	    a reopen may have lost).
+//	    a reopen may have lost; Batch.DueUnsure: an outcome of a claim its
+//	    scan read from a generation a reopen since replaced).
 //	C3. A recount and the applies around it agree: the recount opens its
 //	    iterator (a point-in-time view) and zeroes the count while no apply
 //	    is between Pebble's apply and its add (dueCount.mu), so every batch

@@ -62,7 +62,7 @@ func TestDueRows_FollowEveryDueRowWrite(t *testing.T) {
 	const at = 100
 	type op func(t *testing.T, st *store.Store, b *store.Batch)
 	claim := func(t *testing.T, st *store.Store, b *store.Batch) {
-		b.Claim(at, 1, 1, readDelivery(t, st, 1, 1), 900)
+		b.LegacyClaim(at, 1, 1, readDelivery(t, st, 1, 1), 900)
 	}
 	tests := []struct {
 		name   string
@@ -70,26 +70,26 @@ func TestDueRows_FollowEveryDueRowWrite(t *testing.T) {
 		op     op
 		want   uint64
 	}{
-		{"claim", nil, claim, 3},
-		{"retry", []op{claim}, func(t *testing.T, st *store.Store, b *store.Batch) {
-			b.Retry(1, 1, readDelivery(t, st, 1, 1), 300)
+		{"an older build's claim", nil, claim, 3},
+		{"retry", nil, func(t *testing.T, st *store.Store, b *store.Batch) {
+			b.Retry(at, 1, 1, readDelivery(t, st, 1, 1), 300)
 		}, 4},
-		{"delivered", []op{claim}, func(t *testing.T, st *store.Store, b *store.Batch) {
-			b.Delivered(1, 1, readDelivery(t, st, 1, 1), 300)
+		{"delivered", nil, func(t *testing.T, st *store.Store, b *store.Batch) {
+			b.Delivered(at, 1, 1, readDelivery(t, st, 1, 1), 300)
 		}, 3},
-		{"dead", []op{claim}, func(t *testing.T, st *store.Store, b *store.Batch) {
-			b.Dead(1, 1, readDelivery(t, st, 1, 1), 300, "refused")
+		{"dead", nil, func(t *testing.T, st *store.Store, b *store.Batch) {
+			b.Dead(at, 1, 1, readDelivery(t, st, 1, 1), 300, "refused")
 		}, 3},
 		{"dead from due", nil, func(t *testing.T, st *store.Store, b *store.Batch) {
 			b.DeadFromDue(at, 1, 1, readDelivery(t, st, 1, 1), 300, "sink removed")
 		}, 3},
-		{"revive", []op{claim, func(t *testing.T, st *store.Store, b *store.Batch) {
-			b.Dead(1, 1, readDelivery(t, st, 1, 1), 300, "refused")
+		{"revive", []op{func(t *testing.T, st *store.Store, b *store.Batch) {
+			b.Dead(at, 1, 1, readDelivery(t, st, 1, 1), 300, "refused")
 		}}, func(t *testing.T, st *store.Store, b *store.Batch) {
 			b.Revive(store.DeadRow{AtMs: 300, Seq: 1, Sink: 1}, readDelivery(t, st, 1, 1), 400, "job")
 		}, 4},
-		{"resend", []op{claim, func(t *testing.T, st *store.Store, b *store.Batch) {
-			b.Delivered(1, 1, readDelivery(t, st, 1, 1), 300)
+		{"resend", []op{func(t *testing.T, st *store.Store, b *store.Batch) {
+			b.Delivered(at, 1, 1, readDelivery(t, st, 1, 1), 300)
 		}}, func(t *testing.T, st *store.Store, b *store.Batch) {
 			b.Resend(1, 1, readDelivery(t, st, 1, 1), 400, "resend")
 		}, 4},
@@ -178,14 +178,14 @@ func TestDueRows_RightAfterAFault(t *testing.T) {
 		_ = b.Close()
 		wantDue(t, st, 2)
 	})
-	t.Run("power cut loses an unsynced claim", func(t *testing.T) {
+	t.Run("power cut loses an unsynced outcome", func(t *testing.T) {
 		fs := vfs.NewCrashableMem()
 		const dir = "/store"
 		mkdirAllDurably(t, fs, "/")
 		st := testutil.OpenStore(t, dir, fs)
 		putDueHook(t, st, 1, 100, true)
 		b := st.NewBatch()
-		b.Claim(100, 1, 1, readDelivery(t, st, 1, 1), 900)
+		b.Delivered(100, 1, 1, readDelivery(t, st, 1, 1), 900)
 		if err := st.Apply(b); err != nil { // not synced: a cut may lose it
 			t.Fatal(err)
 		}

@@ -258,6 +258,16 @@ func (s *Store) SyncWAL() error {
 	return s.fatal.failed()
 }
 
+// Generation names the open DB generation; Reopen changes it. A reader
+// that keeps state about the rows (the dispatcher's claims, its gauges)
+// compares it to learn that a reopen may have dropped writes Pebble had
+// reported applied.
+func (s *Store) Generation() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.gen
+}
+
 // Failed reports the fatal error of the current DB generation, if any.
 func (s *Store) Failed() error {
 	s.mu.RLock()

@@ -1,0 +1,166 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/ankusa/ankusa/internal/dispatch"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/sink"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+// walWriteFaults fails every WAL write (not sync) while on: the simulator's
+// write class, where Pebble has already reported the batch applied when
+// its log writer's write fails, and the fence's reopen then drops it.
+type walWriteFaults struct {
+	on     atomic.Bool
+	failed atomic.Int32
+}
+
+func (f *walWriteFaults) String() string { return "wal-write-faults" }
+
+func (f *walWriteFaults) MaybeError(op errorfs.Op) error {
+	if !strings.HasSuffix(op.Path, ".log") || (op.Kind != errorfs.OpFileWrite && op.Kind != errorfs.OpFileWriteAt) {
+		return nil
+	}
+	if f.on.Load() {
+		f.failed.Add(1)
+		return errorfs.ErrInjected
+	}
+	return nil
+}
+
+// lostOutcome runs one hook's first attempt (answered by s's script) and
+// loses its outcome: the outcome's batch is applied, Pebble reports it
+// done, its WAL write fails, and the fence's reopen (forced by the next
+// commit) brings back the rows as the WAL kept them. applied reports when
+// the outcome's rows are visible.
+func lostOutcome(t *testing.T, s *scriptedSink, applied func(*env) bool) (*env, queue.Result) {
+	t.Helper()
+	faults := &walWriteFaults{}
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), errorfs.Wrap(vfs.Default, faults))
+	var d atomic.Pointer[dispatch.Dispatcher]
+	q := testutil.StartQueue(t, st, queue.Options{
+		FenceRetry: 10 * time.Millisecond,
+		OnDurable: func() {
+			if p := d.Load(); p != nil {
+				p.Wake()
+			}
+		},
+	})
+	block := make(chan struct{})
+	s.block = block
+	rec := testutil.NewLogRecorder()
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range rec.Matching() {
+				t.Log(l)
+			}
+		}
+	})
+	disp := dispatch.New(st, dispatch.Options{
+		Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
+		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: slog.New(rec),
+		Poll:  10 * time.Millisecond,
+		Retry: dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5},
+	})
+	d.Store(disp)
+	if err := disp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(disp.Stop)
+	e := &env{st: st, q: q, d: disp}
+	res := e.submit(t, "stranded", "")
+	select {
+	case <-s.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery never reached the sink")
+	}
+	// Whatever the claim wrote is durable now, as the next commit group's
+	// fsync would make it.
+	if err := st.SyncWAL(); err != nil {
+		t.Fatal(err)
+	}
+	// The outcome's batch is the next WAL write: it fails.
+	faults.on.Store(true)
+	s.mu.Lock()
+	s.block = nil
+	s.mu.Unlock()
+	close(block)
+	if m := s.next(t); m.Seq != res.Seq {
+		t.Fatalf("attempt for seq %d, want %d", m.Seq, res.Seq)
+	}
+	// Pebble reports the outcome applied (its rows visible at once) before
+	// its log writer's write fails.
+	testutil.Eventually(t, 10*time.Second, "the outcome applied", func() bool { return applied(e) })
+	// The log writer writes it out at the next sync at the latest (as the
+	// queue's syncer asks after its next group): the write fails.
+	if err := st.SyncWAL(); err == nil || faults.failed.Load() == 0 {
+		t.Fatalf("sync over the failing WAL write: %v (writes failed: %d), want an error", err, faults.failed.Load())
+	}
+	faults.on.Store(false)
+	// The next commit's fsync reports the failed write and fences; the
+	// fence's reopen drops what the WAL lost.
+	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
+		Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+	if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
+		t.Fatalf("submit over the failed store: %v, want store_unavailable", err)
+	}
+	return e, res
+}
+
+// An outcome that a failed WAL write drops after Pebble reported it
+// applied must not strand the hook: its delivery is attempted again and
+// the hook reclaimed, with no restart. Before the claim moved to memory the
+// reopen brought back the claim's synced in-flight row while the
+// dispatcher had released its claim with the outcome, and nothing
+// attempted the row again until a restart's reclaim (the simulator's write
+// class, rule 1).
+func TestDispatch_OutcomeLostToAFailedWALWriteIsAttemptedAgain(t *testing.T) {
+	e, _ := lostOutcome(t, newScripted(), func(e *env) bool {
+		hooks, err := e.st.Count([]byte{store.PrefixHook})
+		return err == nil && hooks == 0 // delivered and reclaimed
+	})
+	testutil.Eventually(t, 20*time.Second, "the hook delivered and reclaimed after the fence, with no restart", func() bool {
+		hooks, err := e.st.Count([]byte{store.PrefixHook})
+		return err == nil && hooks == 0
+	})
+	if g := e.d.Gauges(); g.Pending != 0 || g.Inflight != 0 {
+		t.Fatalf("gauges after the hook was reclaimed: pending %d inflight %d, want 0 and 0", g.Pending, g.Inflight)
+	}
+}
+
+// A dead-lettering that a failed WAL write drops is not counted: after the
+// reopen the dead row is gone and the delivery due again, and the dead
+// gauge (ankusa_queue_dead) must say what the dead-letter queue holds.
+// Before the dispatcher resynced on a reopen it kept counting the lost row
+// (the simulator's rule 7: "dead gauge 2, dead rows 1").
+func TestDispatch_DeadLetteringLostToAFailedWALWriteIsNotCounted(t *testing.T) {
+	// Refused for good, then (attempted again after the reopen) taken.
+	s := newScripted(sink.Permanent(errors.New("410 gone")), nil)
+	e, _ := lostOutcome(t, s, func(e *env) bool {
+		dead, err := e.st.Count([]byte{store.PrefixDead})
+		return err == nil && dead == 1 && e.d.Gauges().Dead == 1
+	})
+	// The store's rows, not the queue's hook counter: the fence's recount
+	// races a reclaim the dispatcher applies between the reopen and the
+	// recount (docs/testing.md, "Left out by default").
+	testutil.Eventually(t, 20*time.Second, "the hook delivered and reclaimed after the fence", func() bool {
+		hooks, err := e.st.Count([]byte{store.PrefixHook})
+		return err == nil && hooks == 0
+	})
+	dead := count(t, e.st, store.PrefixDead)
+	if g := e.d.Gauges(); uint64(g.Dead) != dead {
+		t.Fatalf("dead gauge %d, dead rows %d", g.Dead, dead)
+	}
+}
