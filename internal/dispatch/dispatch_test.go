@@ -550,3 +550,56 @@ func TestDispatch_AStrayDueKeyIsNotAttemptedTwice(t *testing.T) {
 		})
 	}
 }
+
+// A stray due key that appears while the row's own key is claimed (a
+// reopen bringing back a dropped retry's key) is stepped over by the scans
+// that run during the attempt; after the outcome it must still be found
+// and dropped. Before, the cursor passed it for good: a due key left until
+// a restart (the pending gauge one high, a source delete refused 409).
+func TestDispatch_AStrayDueKeyAppearingWhileClaimedIsNotLeftBehind(t *testing.T) {
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), vfs.Default)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	submit := func(body string) queue.Result {
+		t.Helper()
+		r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", Body: []byte(body), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+		res, err := q.Submit(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	first := submit("first")
+	dl, err := st.ReadDelivery(first.Seq, 0)
+	if err != nil || dl == nil {
+		t.Fatalf("delivery: %v %v", dl, err)
+	}
+	s := newScripted()
+	block := make(chan struct{})
+	s.block = block
+	d := dispatch.New(st, dispatch.Options{Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
+		Durable: q.Durable, OnReclaim: q.Reclaimed, Poll: 10 * time.Millisecond, Logger: testutil.Logger(t)})
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	<-s.entered // the first hook's attempt runs: its row is claimed
+	b := st.NewBatch()
+	_ = b.Set(store.DueKey(dl.NextAtMs-1000, first.Seq, 0), nil, nil)
+	if err := st.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+	// A second hook is found only by a scan, which walks the stray key
+	// first (it sorts below both rows' keys) while the claim runs.
+	submit("second")
+	d.Wake()
+	select {
+	case <-s.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second hook was never attempted")
+	}
+	close(block)
+	testutil.Eventually(t, 10*time.Second, "both delivered and reclaimed, no due key left", func() bool {
+		return count(t, st, store.PrefixHook) == 0 && count(t, st, store.PrefixDue) == 0
+	})
+}

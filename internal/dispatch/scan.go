@@ -88,9 +88,15 @@ func (d *Dispatcher) collect(p *pass) error {
 			return false
 		}
 		p.lastAt, p.stepped = at, true
-		if _, ok := d.claims.at(seq, num); ok {
+		if cat, ok := d.claims.at(seq, num); ok {
 			// Claimed (K1): seen, and its outcome deletes the key or its
-			// release moves the cursor back to it (K2).
+			// release moves the cursor back to it (K2). A second key of the
+			// row (a stray one a reopen brought back) is neither: the
+			// outcome deletes only the claimed key, so the cursor stays at
+			// or below it and a scan after the outcome drops it (strayDue).
+			if cat != at {
+				p.leave(at)
+			}
 			return true
 		}
 		if p.free <= 0 || p.seen >= limit {

@@ -601,12 +601,16 @@ type dueRow struct {
 // pending lists the due rows of e's sinks and counts those being attempted
 // (the dispatcher's claims: such a row is due in the store, and is counted
 // in flight, not due).
+//
+// The due rows are read first and the claims after: a row claimed while
+// the scan ran is then in the snapshot, counted in flight (a 409), not
+// taken for a due row a dead-lettering delete could move.
 func (m *Manager) pending(e *entry) (due []dueRow, inflight int, err error) {
-	inflight, claimed := m.o.Dispatch.InFlightOf(func(num uint16) bool { return e.sinks[num] != nil })
 	all, err := m.dueRows(e)
 	if err != nil {
 		return nil, 0, err
 	}
+	inflight, claimed := m.o.Dispatch.InFlightOf(func(num uint16) bool { return e.sinks[num] != nil })
 	for _, r := range all {
 		if !claimed(r.at, r.seq, r.num) {
 			due = append(due, r)
