@@ -60,10 +60,14 @@ func TestQueue_FencedFsyncFailure(t *testing.T) {
 		first := submitAsync(q, rec("kept", "evt_kept"))
 		sig.wait(t)
 		release1 := gate.Held(t)
-		// Group 2 is applied while fsync 1 is in flight, so it is still in the
-		// writer's unsynced list when fsync 1 returns — the reference's bug
-		// deleted group 1 along with it.
-		second := submitAsync(q, rec("undone", "evt_undone"))
+		// Group 2 is applied while fsync 1 is in flight (a full group's
+		// worth, queue.HoldMax, is not held for it: S1), so it is still in
+		// the writer's unsynced list when fsync 1 returns — the reference's
+		// bug deleted group 1 along with it.
+		var second []chan submitted
+		for i := range queue.HoldMax {
+			second = append(second, submitAsync(q, rec(fmt.Sprint("undone ", i), fmt.Sprint("evt_undone_", i))))
+		}
 		sig.wait(t)
 		gate.Open()
 		gate.FailNext(1)
@@ -72,9 +76,10 @@ func TestQueue_FencedFsyncFailure(t *testing.T) {
 		if a.err != nil {
 			t.Fatalf("first record: %v", a.err)
 		}
-		b := answer(t, second)
-		if !errors.Is(b.err, queue.ErrStoreUnavailable) {
-			t.Fatalf("second record: %+v %v; want ErrStoreUnavailable", b.res, b.err)
+		for _, ch := range second {
+			if b := answer(t, ch); !errors.Is(b.err, queue.ErrStoreUnavailable) {
+				t.Fatalf("second group's record: %+v %v; want ErrStoreUnavailable", b.res, b.err)
+			}
 		}
 		waitFences(t, q, 1)
 		if !hookPresent(t, st, a.res.ID) {
@@ -111,7 +116,9 @@ func TestQueue_FencedFsyncFailure(t *testing.T) {
 		release := gate.Held(t)
 		var undone []chan submitted
 		for i := range 3 {
-			undone = append(undone, submitAsync(q, rec(fmt.Sprint("undone ", i), fmt.Sprint("evt_undone_", i))))
+			for j := range queue.HoldMax { // a full group's worth is applied while the fsync is held (S1)
+				undone = append(undone, submitAsync(q, rec(fmt.Sprint("undone ", i, j), fmt.Sprint("evt_undone_", i, "_", j))))
+			}
 			sig.wait(t) // one group each, applied while the fsync is held
 		}
 		gate.Open()

@@ -43,3 +43,22 @@ func TestIDMinter_V7InMintingOrder(t *testing.T) {
 		})
 	}
 }
+
+// Every id carries random bits of its own, also across the refills of the
+// minter's random buffer: no two of 3 buffers' worth of ids share their
+// random bytes (a buffer taken twice, or not advanced, repeats them).
+func TestIDMinter_RandomBitsNeverRepeat(t *testing.T) {
+	var m idMinter
+	now := time.UnixMilli(1_764_590_000_000)
+	seen := make(map[[mintRandBytes]byte]int)
+	for i := range 3*mintRandBuf/mintRandBytes + 7 {
+		id := m.mint(now)
+		var r [mintRandBytes]byte
+		copy(r[:], id[16-mintRandBytes:])
+		r[0] &= 0x3f // the variant's bits are the same in every id
+		if j, ok := seen[r]; ok {
+			t.Fatalf("ids %d and %d carry the same random bits %x", j, i, r)
+		}
+		seen[r] = i
+	}
+}

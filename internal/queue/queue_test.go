@@ -84,6 +84,18 @@ func answer(t *testing.T, ch chan submitted) submitted {
 	}
 }
 
+// heldRelease waits for the next WAL sync to be held and returns its
+// release; a test that fails before calling it does not leave the fsync
+// held for the queue's Close (the cleanup releases it first).
+func heldRelease(t *testing.T, gate *testutil.WALSyncGate) func() {
+	t.Helper()
+	ch := gate.Held(t)
+	var once sync.Once
+	release := func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(func() { gate.ReleaseAll(); release() })
+	return release
+}
+
 func hookPresent(t *testing.T, st *store.Store, id [16]byte) bool {
 	t.Helper()
 	v, err := st.Get(store.HookIDKey(id))
@@ -131,22 +143,71 @@ func TestQueue_NextGroupAppliedWhileSyncing(t *testing.T) {
 	gate.Hold()
 	first := submitAsync(q, rec("one", ""))
 	sig.wait(t)
-	release := gate.Held(t)
-	second := submitAsync(q, rec("two", ""))
-	// The writer applies group 2 while fsync 1 is held: the fsync is off the
-	// writer's critical path.
-	if n := sig.wait(t); n != 1 {
-		t.Fatalf("second group wrote %d records, want 1", n)
+	release := heldRelease(t, gate)
+	// A full group's worth (queue.HoldMax) queued while fsync 1 is held is
+	// applied as one group while it is held: the fsync stays off the
+	// writer's critical path for everything but a remainder (S1).
+	var more []chan submitted
+	for i := range queue.HoldMax {
+		more = append(more, submitAsync(q, rec(fmt.Sprintf("r%d", i), "")))
 	}
-	notYet(t, second, "second record")
+	if n := sig.wait(t); n != queue.HoldMax {
+		t.Fatalf("group applied while fsync 1 was held wrote %d records, want %d", n, queue.HoldMax)
+	}
+	notYet(t, more[0], "a record of the second group")
 	gate.Open()
-	close(release)
-	a, b := answer(t, first), answer(t, second)
-	if a.err != nil || b.err != nil {
-		t.Fatalf("errors: %v, %v", a.err, b.err)
+	release()
+	if a := answer(t, first); a.err != nil || a.res.Seq != 1 {
+		t.Fatalf("first = %+v, want seq 1 accepted", a)
 	}
-	if a.res.Seq != 1 || b.res.Seq != 2 {
-		t.Fatalf("seqs = %d, %d; want dense 1, 2", a.res.Seq, b.res.Seq)
+	seen := map[uint64]bool{}
+	for _, ch := range more {
+		b := answer(t, ch)
+		if b.err != nil || b.res.Seq < 2 || b.res.Seq > uint64(1+queue.HoldMax) || seen[b.res.Seq] {
+			t.Fatalf("answer %+v, want a distinct seq in 2..%d", b, 1+queue.HoldMax)
+		}
+		seen[b.res.Seq] = true
+	}
+}
+
+// Records queued while an fsync runs, fewer than a group's worth, wait for
+// it to return and are then applied as one group, which the very next
+// fsync covers (S1): one Pebble commit instead of one per record (issue 14:
+// at C=64 the writer committed 1.2 records per group, twenty groups per
+// fsync), and no record waits for an fsync more than it did.
+func TestQueue_RecordsQueuedDuringAnFsyncAreOneGroup(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	sig := newGroupSignal()
+	q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+
+	gate.Hold()
+	first := submitAsync(q, rec("one", ""))
+	if n := sig.wait(t); n != 1 {
+		t.Fatalf("first group wrote %d records, want 1", n)
+	}
+	release := heldRelease(t, gate)
+	const later = 5
+	var more []chan submitted
+	for i := range later {
+		more = append(more, submitAsync(q, rec(fmt.Sprintf("r%d", i), "")))
+	}
+	testutil.Eventually(t, 10*time.Second, "the later records queued", func() bool { return q.Stats().Queued == 1+later })
+	gate.Open()
+	release()
+	if n := sig.wait(t); n != later {
+		t.Fatalf("the next group wrote %d records, want all %d queued during the fsync", n, later)
+	}
+	if a := answer(t, first); a.err != nil || a.res.Seq != 1 {
+		t.Fatalf("first = %+v, want seq 1 accepted", a)
+	}
+	for _, ch := range more {
+		if b := answer(t, ch); b.err != nil {
+			t.Fatalf("later record: %v", b.err)
+		}
+	}
+	if got := q.Stats().Syncs; got != 2 {
+		t.Fatalf("fsyncs = %d, want 2: the first record's, and one covering the %d queued during it", got, later)
 	}
 }
 
@@ -235,9 +296,15 @@ func TestQueue_DuplicateWaitsForOriginalsFsync(t *testing.T) {
 	orig := submitAsync(q, rec("x", "evt_9"))
 	sig.wait(t)
 	release := gate.Held(t)
+	// The duplicate and enough others to fill a group (queue.HoldMax) are
+	// applied while the original's fsync is held (S1).
 	dup := submitAsync(q, rec("x", "evt_9"))
-	if n := sig.wait(t); n != 0 {
-		t.Fatalf("duplicate wrote %d records", n)
+	var others []chan submitted
+	for i := range queue.HoldMax - 1 {
+		others = append(others, submitAsync(q, rec(fmt.Sprint("other ", i), "")))
+	}
+	if n := sig.wait(t); n != queue.HoldMax-1 {
+		t.Fatalf("group with the duplicate wrote %d records, want %d (the others only)", n, queue.HoldMax-1)
 	}
 	// The original is visible in the store but not durable: no 201 duplicate yet.
 	notYet(t, dup, "duplicate")
@@ -246,6 +313,11 @@ func TestQueue_DuplicateWaitsForOriginalsFsync(t *testing.T) {
 	o, d := answer(t, orig), answer(t, dup)
 	if o.err != nil || d.err != nil || !d.res.Duplicate || d.res.ID != o.res.ID {
 		t.Fatalf("original %+v, duplicate %+v", o, d)
+	}
+	for _, ch := range others {
+		if a := answer(t, ch); a.err != nil {
+			t.Fatalf("other record: %v", a.err)
+		}
 	}
 }
 

@@ -1,0 +1,4 @@
+package queue
+
+// HoldMax is holdMax, for the external tests.
+const HoldMax = holdMax
