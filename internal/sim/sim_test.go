@@ -29,23 +29,17 @@ var (
 )
 
 // defaultExclude names the fault classes the default run (make test) leaves
-// out, each because it finds a defect that is not fixed yet
-// (docs/testing.md, "Simulation", lists them with seeds):
+// out because they find a defect that is not fixed yet (docs/testing.md,
+// "Simulation", keeps the history with seeds). None today:
 //
-//   - write, writeoutage: failed WAL writes. They no longer find a
-//     dispatch defect (the claim is in memory, and the dispatcher resyncs
-//     its gauges and hot cache after a reopen: 0 violations of rules 1 and
-//     7 over seeds 1–1000 with them in). They stay out only because
-//     adding them shifts every schedule's seeded draws, and one of the
-//     shifted schedules (seed 872, -sim.exclude= on main too) hits defect
-//     C's rule: a fresh store over a truncated log is not refused
-//     (docs/testing.md). Take them out once that is fixed.
-//
-// poison (a body the log refuses Permanent at every publish) was left out
-// until boot recovery carried such a record instead of failing on it and
-// the reconciler isolated it from the records batched with it
-// (internal/queue/refused_test.go).
-const defaultExclude = "write,writeoutage"
+//   - poison (a body the log refuses Permanent at every publish) was left
+//     out until boot recovery carried such a record instead of failing on
+//     it and the reconciler isolated it (internal/queue/refused_test.go);
+//   - write, writeoutage (failed WAL writes) until the dispatcher's claim
+//     moved into memory and it resynced after a reopen (issue 14, lever
+//     b), and recovery judged a log only this node writes by its positions
+//     (rule C, seed 872).
+const defaultExclude = ""
 
 func excluded() map[string]bool {
 	out := map[string]bool{}
