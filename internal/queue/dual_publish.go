@@ -131,11 +131,7 @@ func (p *publisher) publish(jobs []*dualGroup, all []intake.Record) []intake.Rec
 	pos := make([]intake.Position, len(all))
 	var recErr error
 	refusedAt, err := publishIsolating(context.Background(), all, func(ctx context.Context, lo int, sub []intake.Record) error {
-		ctx, cancel := context.WithTimeout(ctx, p.d.opts.PublishTimeout)
-		start := time.Now()
-		got, err := publish(ctx, p.d.in, sub)
-		cancel()
-		p.d.observePublish(time.Since(start), err)
+		got, err := p.d.publishOnce(ctx, sub)
 		if err != nil {
 			recErr = err
 			return err
@@ -160,6 +156,17 @@ func (p *publisher) publish(jobs []*dualGroup, all []intake.Record) []intake.Rec
 		g.log(gp, err, refused, recErr)
 	}
 	return all
+}
+
+// publishOnce is one attempt at recs, bounded by intake.publish_timeout_ms
+// and observed (the publish histogram, by outcome).
+func (d *dualState) publishOnce(ctx context.Context, recs []intake.Record) ([]intake.Position, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.opts.PublishTimeout)
+	defer cancel()
+	start := time.Now()
+	pos, err := publish(ctx, d.in, recs)
+	d.observePublish(time.Since(start), err)
+	return pos, err
 }
 
 func (d *dualState) observePublish(dur time.Duration, err error) {

@@ -200,11 +200,7 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 		pos := make([]intake.Position, n)
 		var lastErr error
 		refused, err := publishIsolating(ctx, recs, func(ctx context.Context, lo int, sub []intake.Record) error {
-			pctx, cancel := context.WithTimeout(ctx, r.d.opts.PublishTimeout)
-			start := time.Now()
-			p, err := publish(pctx, r.d.in, sub)
-			cancel()
-			r.d.observePublish(time.Since(start), err)
+			p, err := r.d.publishOnce(ctx, sub)
 			if err != nil {
 				lastErr = err
 				return err
