@@ -13,7 +13,11 @@
 //     socket but not yet read is still quiet (StateNew) and can be the one
 //     evicted; its client sees the connection close with no answer and
 //     nothing was acked, so it retries. Counting unread bytes instead
-//     would make a slowloris's half-sent headers unevictable.
+//     would make a slowloris's half-sent headers unevictable. The other
+//     way round, a connection the server is closing after a
+//     "Connection: close" answer still counts as active until net/http
+//     reports it closed (moments; under load a new connection can be
+//     refused in that window).
 //  2. Under pressure (open ≥ 90% of MaxConns) and while draining, every
 //     answer carries "Connection: close": the client learns from the answer
 //     itself that the connection ends, so a keep-alive client never sends

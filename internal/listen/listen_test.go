@@ -98,6 +98,15 @@ func TestServer_CapEvictsQuietThenRefuses(t *testing.T) {
 	if s.Open() > 3 {
 		t.Fatalf("open = %d, over the cap of 3", s.Open())
 	}
+	// At the cap the answer said Connection: close (invariant 2), so the
+	// server closes c; until it has, c still counts as active and is no
+	// one's to evict (the flake this wait removes: the third blocking
+	// request below was refused max_conns while c was being closed).
+	if !resp.Close {
+		t.Fatal("the answer at the cap did not say Connection: close")
+	}
+	_, _ = io.Copy(io.Discard, c)
+	testutil.Eventually(t, 5*time.Second, "c closed by the server", func() bool { return s.Open() == 2 })
 
 	defer close(release)
 	// Each blocking request is in its handler before the next connection
