@@ -125,20 +125,10 @@ func (p *publisher) publish(jobs []*dualGroup, all []intake.Record) []intake.Rec
 		}
 	}
 	// One publish, split only if the log refuses one of its records
-	// (publishIsolating): the merged groups' other records are confirmed
+	// (publishRefusing): the merged groups' other records are confirmed
 	// and their callers acked, and only the refused records' callers are
 	// answered 503, carried and stuck.
-	pos := make([]intake.Position, len(all))
-	var recErr error
-	refusedAt, err := publishIsolating(context.Background(), all, func(ctx context.Context, lo int, sub []intake.Record) error {
-		got, err := p.d.publishOnce(ctx, sub)
-		if err != nil {
-			recErr = err
-			return err
-		}
-		copy(pos[lo:], got)
-		return nil
-	})
+	pos, refusedAt, recErr, err := p.d.publishRefusing(context.Background(), all)
 	var refused map[uint64]bool
 	if err == nil && len(refusedAt) > 0 {
 		refused = make(map[uint64]bool, len(refusedAt))
@@ -156,6 +146,31 @@ func (p *publisher) publish(jobs []*dualGroup, all []intake.Record) []intake.Rec
 		g.log(gp, err, refused, recErr)
 	}
 	return all
+}
+
+// publishRefusing publishes recs once (publishOnce) and, only if the log
+// refused one of its records, goes on splitting the batch (splitRefused):
+// refused are the indexes of the records refused on their own, recErr the
+// refusal. With err nil every other record is confirmed at pos. The first
+// publish is the whole fast path: no buffer and no split state unless a
+// refusal needs them.
+func (d *dualState) publishRefusing(ctx context.Context, recs []intake.Record) (pos []intake.Position, refused []int, recErr, err error) {
+	pos, err = d.publishOnce(ctx, recs)
+	if !recordRefused(err) {
+		return pos, nil, nil, err
+	}
+	recErr = err
+	pos = make([]intake.Position, len(recs))
+	refused, err = splitRefused(ctx, recs, err, func(ctx context.Context, lo int, sub []intake.Record) error {
+		got, err := d.publishOnce(ctx, sub)
+		if err != nil {
+			recErr = err
+			return err
+		}
+		copy(pos[lo:], got)
+		return nil
+	})
+	return pos, refused, recErr, err
 }
 
 // publishOnce is one attempt at recs, bounded by intake.publish_timeout_ms

@@ -194,24 +194,16 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 			recs[i] = e.rec
 		}
 		// A chunk the log refuses for one of its records is split until
-		// each refused record stands alone (publishIsolating): one record
+		// each refused record stands alone (publishRefusing): one record
 		// larger than the log takes must not keep the others of its chunk
 		// carried. A refusal of the log itself stops the pass unsplit.
-		pos := make([]intake.Position, n)
-		var lastErr error
-		refused, err := publishIsolating(ctx, recs, func(ctx context.Context, lo int, sub []intake.Record) error {
-			p, err := r.d.publishOnce(ctx, sub)
-			if err != nil {
-				lastErr = err
-				return err
-			}
+		pos, refused, recErr, err := r.d.publishRefusing(ctx, recs)
+		if err == nil && len(refused) < n {
 			// A confirmed republish shows the log is back; a failed one is
 			// not counted, so the gate's probe accounting stays the commit
 			// path's own.
 			r.d.gate.result(true, r.d.now())
-			copy(pos[lo:], p)
-			return nil
-		})
+		}
 		if err != nil {
 			r.d.hold(err)
 			class, retryAfter := intake.ClassOf(err)
@@ -229,8 +221,7 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 			return time.Time{}
 		}
 		if len(refused) > 0 {
-			r.d.hold(lastErr)
-			r.d.warn("reconciler: the log refused records permanently; will retry", "records", len(refused), "of", n, "class", intake.Permanent.String(), "err", lastErr)
+			r.d.warn("reconciler: the log refused records permanently; will retry", "records", len(refused), "of", n, "class", intake.Permanent.String(), "err", recErr)
 		}
 		r.d.pending.mu.Lock()
 		ri := 0
@@ -287,11 +278,7 @@ func (q *Queue) Carry(seqs []uint64, refused bool) error {
 		}
 		e := &pendingEntry{
 			seq: seq, id: env.ID, firstAt: time.Unix(0, env.ReceivedAt), size: int64(len(v)),
-			localDone: true, stuck: refused,
-			rec: intake.Record{
-				Version: intake.RecordVersion, Kind: intake.KindHook, Node: d.node, Seq: seq, ID: env.ID,
-				Incarnation: d.incarnation, Tenant: env.Tenant, Source: env.Source, Value: v,
-			},
+			localDone: true, stuck: refused, rec: storedRecord(d.node, d.incarnation, env, v),
 		}
 		if refused {
 			e.retryAt = d.now().Add(refusedRetry) // the republish was just refused

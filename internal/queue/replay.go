@@ -362,10 +362,7 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 			last = seq
 			if env, err := store.DecodeEnvelope(v); err == nil && !replayed[env.Seq] {
 				// A hook this replay just wrote is in the log already.
-				page = append(page, intake.Record{
-					Version: intake.RecordVersion, Kind: intake.KindHook, Node: o.Node, Seq: env.Seq, ID: env.ID,
-					Incarnation: inc, Tenant: env.Tenant, Source: env.Source, Value: append([]byte(nil), v...),
-				})
+				page = append(page, storedRecord(o.Node, inc, env, append([]byte(nil), v...)))
 			}
 			return len(page) < 256
 		})
@@ -406,9 +403,10 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 	// "201 duplicate" of a hook the log does not hold (ack rule 2).
 	wm = next - 1
 	if len(sum.Refused) > 0 {
-		wm = slices.Min(sum.Refused) - 1
+		first := slices.Min(sum.Refused)
+		wm = first - 1
 		o.Logger.Warn("republish: the log refused some hooks permanently; they stay local, are delivered, and are retried as stuck records (ankusa_intake_reconcile_stuck)",
-			"refused", len(sum.Refused), "first_seq", slices.Min(sum.Refused))
+			"refused", len(sum.Refused), "first_seq", first)
 	}
 	b := st.NewBatch()
 	defer b.Close()
@@ -428,30 +426,53 @@ func republish(ctx context.Context, st *store.Store, o RecoverOptions, sum *Summ
 // returned as it is, unsplit, and nothing may be assumed confirmed. A
 // record confirmed before a split may be published twice; readers dedupe.
 func publishIsolating(ctx context.Context, recs []intake.Record, pub func(ctx context.Context, lo int, sub []intake.Record) error) ([]int, error) {
+	return splitRefused(ctx, recs, pub(ctx, 0, recs), pub)
+}
+
+// recordRefused reports whether err is the log's refusal of one record of
+// the batch (and not of the log itself): what publishIsolating splits on.
+func recordRefused(err error) bool {
+	c, _ := intake.ClassOf(err)
+	return err != nil && c == intake.Permanent && errors.Is(err, intake.ErrRecordRefused)
+}
+
+// splitRefused is publishIsolating after its first publish, of all of
+// recs, ended with err: a caller that already made that publish (the
+// commit path's publishers, on their no-refusal fast path) goes on from
+// its outcome instead of publishing the batch again.
+func splitRefused(ctx context.Context, recs []intake.Record, err error, pub func(ctx context.Context, lo int, sub []intake.Record) error) ([]int, error) {
 	var refused []int
-	var try func(lo, hi int) error
-	try = func(lo, hi int) error {
-		err := pub(ctx, lo, recs[lo:hi])
-		if err == nil {
+	var settle func(lo, hi int, err error) error
+	settle = func(lo, hi int, err error) error {
+		switch {
+		case err == nil:
 			return nil
-		}
-		if c, _ := intake.ClassOf(err); c != intake.Permanent || !errors.Is(err, intake.ErrRecordRefused) {
+		case !recordRefused(err):
 			return err
-		}
-		if hi-lo == 1 {
+		case hi-lo == 1:
 			refused = append(refused, lo)
 			return nil
 		}
 		mid := lo + (hi-lo)/2
-		if err := try(lo, mid); err != nil {
+		if err := settle(lo, mid, pub(ctx, lo, recs[lo:mid])); err != nil {
 			return err
 		}
-		return try(mid, hi)
+		return settle(mid, hi, pub(ctx, mid, recs[mid:hi]))
 	}
-	if err := try(0, len(recs)); err != nil {
+	if err := settle(0, len(recs), err); err != nil {
 		return nil, err
 	}
 	return refused, nil
+}
+
+// storedRecord is the log record of a stored hook: env decoded from its
+// row's value v, published as this node's (node, its store's incarnation).
+// The commit path builds its records from the request instead (writer.go).
+func storedRecord(node, incarnation string, env *store.Envelope, v []byte) intake.Record {
+	return intake.Record{
+		Version: intake.RecordVersion, Kind: intake.KindHook, Node: node, Seq: env.Seq, ID: env.ID,
+		Incarnation: incarnation, Tenant: env.Tenant, Source: env.Source, Value: v,
+	}
 }
 
 // audit writes one operator-action row (a synced write) into the store's
