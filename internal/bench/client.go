@@ -198,6 +198,23 @@ func clientArgv(o *Options) ([]string, error) {
 	return []string{exe, "bench", "client"}, nil
 }
 
+// startChild starts the load generator's child process (name, args) with
+// its stdout piped to the caller and its stderr kept for the error of a
+// failed run; ankusa bench and bench e2e both run theirs this way.
+func startChild(ctx context.Context, name string, args []string) (*exec.Cmd, io.Reader, *strings.Builder, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	stderr := &strings.Builder{}
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("load generator: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, fmt.Errorf("load generator: %w", err)
+	}
+	return cmd, stdout, stderr, nil
+}
+
 // generateChild runs the load generator as a child process and calls
 // atStart/atEnd (with the child's pid) when it says its window opened and
 // closed.
@@ -208,15 +225,9 @@ func generateChild(ctx context.Context, o *Options, clients int, url string, atS
 	}
 	args := append(slices.Clone(argv[1:]), "-url", url, "-c", fmt.Sprint(clients), "-b", fmt.Sprint(o.BodyBytes),
 		"-warmup", o.Warmup.String(), "-d", o.Duration.String())
-	cmd := exec.CommandContext(ctx, argv[0], args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
+	cmd, stdout, stderr, err := startChild(ctx, argv[0], args)
 	if err != nil {
-		return load{}, fmt.Errorf("load generator: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return load{}, fmt.Errorf("load generator: %w", err)
+		return load{}, err
 	}
 	pid := cmd.Process.Pid
 	var rep *clientReport

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -97,15 +96,9 @@ type e2eLoad struct {
 // first post went out and its last was answered (with the child's pid).
 func postChild(ctx context.Context, argv []string, url string, clients, n, bodyBytes int, atBegin, atEnd func(pid int)) (e2eLoad, error) {
 	args := append(slices.Clone(argv[1:]), "-url", url, "-c", strconv.Itoa(clients), "-b", strconv.Itoa(bodyBytes), "-n", strconv.Itoa(n))
-	cmd := exec.CommandContext(ctx, argv[0], args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
+	cmd, stdout, stderr, err := startChild(ctx, argv[0], args)
 	if err != nil {
-		return e2eLoad{}, fmt.Errorf("load generator: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return e2eLoad{}, fmt.Errorf("load generator: %w", err)
+		return e2eLoad{}, err
 	}
 	var l e2eLoad
 	var perr error
