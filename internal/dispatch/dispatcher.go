@@ -198,6 +198,8 @@ type Dispatcher struct {
 	// finished holds results gathered for the next outcome batch (run:
 	// outcomeWait). Their claims are held, as if still attempted.
 	finished []result
+	// scratch is the loop's reusable memory (outcome.go).
+	scratch loopScratch
 	// low is the due-scan cursor (ms): the scan starts there, skipping the
 	// tombstones of claimed rows below it. Invariant D1: no due row the
 	// scan has not seen lies below it. New hooks keep it (the writer's due
@@ -388,8 +390,12 @@ func (d *Dispatcher) run(ctx context.Context) {
 		}
 		flushArmed = false
 		rs := d.finished
-		d.finished = nil
 		d.record(rs)
+		// record keeps nothing of rs (a failed write copies it into
+		// unrecorded), so its array gathers the next batch; cleared, so it
+		// keeps no hook's value alive meanwhile.
+		clear(rs)
+		d.finished = rs[:0]
 	}
 	scan := true
 	var next time.Time
@@ -417,7 +423,7 @@ func (d *Dispatcher) run(ctx context.Context) {
 			d.drainResults()
 			return
 		case r := <-d.results:
-			d.finished = append(append(d.finished, r), d.takeResults()...)
+			d.finished = d.takeResults(append(d.finished, r))
 			// Rows whose outcome write failed stay counted in flight
 			// until it is retried: they are not attempts still running.
 			if len(d.finished) < d.inflight-len(d.unrecorded) && len(d.finished) < maxOutcomeBatch {
@@ -464,9 +470,8 @@ func (d *Dispatcher) run(ctx context.Context) {
 	}
 }
 
-// takeResults returns the results waiting on the channel.
-func (d *Dispatcher) takeResults() []result {
-	var rs []result
+// takeResults appends the results waiting on the channel to rs.
+func (d *Dispatcher) takeResults(rs []result) []result {
 	for {
 		select {
 		case r := <-d.results:
@@ -493,7 +498,7 @@ const (
 func (d *Dispatcher) drainResults() {
 	// record leaves cancelled attempts' rows due.
 	// Outcomes whose write failed get one more try too.
-	if rs := append(append(d.unrecorded, d.finished...), d.takeResults()...); len(rs) > 0 {
+	if rs := d.takeResults(append(d.unrecorded, d.finished...)); len(rs) > 0 {
 		d.unrecorded, d.finished = nil, nil
 		d.record(rs)
 	}

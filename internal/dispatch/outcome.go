@@ -55,17 +55,18 @@ func (d *Dispatcher) record(rs []result) {
 	nowMs := now.UnixMilli()
 	b := d.st.NewBatch()
 	defer b.Close()
-	type outcome struct {
-		sinkID, result string
-		dur            time.Duration
-	}
-	outs := make([]outcome, 0, len(rs))
+	sc := &d.scratch
+	defer sc.reset()
+	outs := sc.outs[:0]
 	// Sized for every result, so that done may point into it; and r below
 	// is a copy that does not escape (rs stays as it came: a failed write
 	// records rs again).
-	delivered := make([]result, 0, len(rs))
+	delivered := slices.Grow(sc.delivered[:0], len(rs))
 	// done: rows this batch marks delivered, not yet visible in the store.
-	done := map[rowRef]*store.Delivery{}
+	if sc.done == nil {
+		sc.done = map[rowRef]*store.Delivery{}
+	}
+	done := sc.done
 	dead := 0
 	gen := d.st.Generation()
 	for _, r := range rs {
@@ -133,6 +134,7 @@ func (d *Dispatcher) record(rs []result) {
 		d.noteDue(next)
 		outs = append(outs, outcome{dl.SinkID, "retry", r.dur})
 	}
+	sc.outs, sc.delivered = outs, delivered // kept for the next batch, reset when this one ends
 	hooks, rows, kept, keptBytes, removed := d.reclaim(b, nowMs, delivered, done)
 	for _, r := range delivered {
 		if removed[r.c.seq] {
@@ -201,26 +203,16 @@ type rowRef struct {
 // until their TTL so that a provider's late retry is still absorbed. A
 // hook it cannot read is left for the boot sweep.
 func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, done map[rowRef]*store.Delivery) (hooks, rows, kept int, keptBytes int64, removed map[uint64]bool) {
-	type hookState struct {
-		ref  store.HookRef
-		size int64
-		all  bool
-		// plain: no delivery of it was revived or resent.
-		plain bool
-		// deliveredAt is the retained row's time: the newest NextAtMs of
-		// the hook's rows (history.go invariant 1), which is not nowMs when
-		// the clock stepped back since an earlier sink's delivery.
-		deliveredAt int64
-		sinks       []store.SinkAttempts
-		// want and seen count the rows this batch delivers, and those of
-		// them the scan found: a row it did not find is not one to
-		// delete.
-		want, seen int
+	sc := &d.scratch
+	// One array of states for the batch, not an allocation per hook; sized
+	// first, so that hs's pointers stay valid.
+	states := slices.Grow(sc.states[:0], len(delivered))
+	if sc.at == nil {
+		sc.at, sc.removed = map[uint64]int{}, map[uint64]bool{}
 	}
-	// One array of states for the batch, not an allocation per hook.
-	states := make([]hookState, 0, len(delivered))
-	at := make(map[uint64]int, len(delivered))
-	seqs := make([]uint64, 0, len(delivered))
+	at := sc.at
+	seqs := sc.seqs[:0]
+	defer func() { sc.states, sc.seqs = states, seqs }()
 	for _, r := range delivered {
 		i, ok := at[r.c.seq]
 		if !ok {
@@ -235,8 +227,9 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 	slices.Sort(seqs)
 	// The hooks the hot cache holds need no scan: it lists their sinks
 	// and which of them were delivered before (H1).
-	scan := seqs[:0:0]
-	sinkBuf := make([]store.SinkAttempts, 0, len(delivered))
+	scan := sc.scan[:0]
+	sinkBuf := sc.sinks[:0]
+	defer func() { sc.scan, sc.sinks = scan, sinkBuf }()
 	// thisBatch is a delivery this batch records: its attempt row is
 	// written only if the hook stays, so rows 1..Attempts-1 exist.
 	thisBatch := func(num uint16, dl *store.Delivery) store.SinkAttempts {
@@ -298,8 +291,9 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 		d.log.Warn("reclaim: read delivery rows; the hooks are reclaimed by the boot sweep", "hooks", len(seqs), "err", err)
 		return 0, 0, 0, 0, nil
 	}
-	removed = map[uint64]bool{}
-	var plain []store.DeliveredHook
+	removed = sc.removed
+	plain := sc.plain[:0]
+	defer func() { sc.plain = plain }()
 	for _, seq := range seqs {
 		h := hs(seq)
 		if !h.all || h.seen != h.want {
@@ -417,4 +411,62 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// outcome is one finished attempt's result for the metrics, reported once
+// its batch landed.
+type outcome struct {
+	sinkID, result string
+	dur            time.Duration
+}
+
+// hookState is what reclaim gathers of one delivered hook.
+type hookState struct {
+	ref  store.HookRef
+	size int64
+	all  bool
+	// plain: no delivery of it was revived or resent.
+	plain bool
+	// deliveredAt is the retained row's time: the newest NextAtMs of
+	// the hook's rows (history.go invariant 1), which is not nowMs when
+	// the clock stepped back since an earlier sink's delivery.
+	deliveredAt int64
+	sinks       []store.SinkAttempts
+	// want and seen count the rows this batch delivers, and those of
+	// them the scan found: a row it did not find is not one to
+	// delete.
+	want, seen int
+}
+
+// loopScratch is the memory the loop reuses from one claim pass and one
+// outcome batch to the next (issue 14: allocated afresh each time, it was
+// about a third of the bytes the node allocated per hook). Loop goroutine
+// only. Nothing keeps a slice or map of it past the call that filled it,
+// and reset clears what the last batch put there, so a reused array never
+// keeps a delivered hook's envelope alive.
+type loopScratch struct {
+	claims     []claimed
+	outs       []outcome
+	delivered  []result
+	states     []hookState
+	seqs, scan []uint64
+	sinks      []store.SinkAttempts
+	plain      []store.DeliveredHook
+	done       map[rowRef]*store.Delivery
+	at         map[uint64]int
+	removed    map[uint64]bool
+}
+
+// reset ends an outcome batch's use of the scratch.
+func (sc *loopScratch) reset() {
+	clear(sc.outs[:cap(sc.outs)])
+	clear(sc.delivered[:cap(sc.delivered)])
+	clear(sc.states[:cap(sc.states)])
+	clear(sc.sinks[:cap(sc.sinks)])
+	clear(sc.plain[:cap(sc.plain)])
+	clear(sc.done)
+	clear(sc.at)
+	clear(sc.removed)
+	sc.outs, sc.delivered, sc.states, sc.sinks, sc.plain = sc.outs[:0], sc.delivered[:0], sc.states[:0], sc.sinks[:0], sc.plain[:0]
+	sc.seqs, sc.scan = sc.seqs[:0], sc.scan[:0]
 }

@@ -71,6 +71,8 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 	for _, c := range claims {
 		d.work <- c // never blocks: it holds up to MaxInflight, as many as may be claimed
 	}
+	clear(claims) // the workers have their copies; the array keeps no envelope
+
 	// More may be due right now: come back at once.
 	return now
 }
@@ -237,7 +239,10 @@ func (d *Dispatcher) probeParked(p *pass, picked int) []candidate {
 // again).
 func (d *Dispatcher) claim(p *pass, picked []candidate) []claimed {
 	var drop *store.Batch
-	var claims []claimed
+	// The scratch's array: scanAndClaim hands the claims to the workers
+	// (by value) and clears it before the next pass.
+	claims := d.scratch.claims[:0]
+	defer func() { d.scratch.claims = claims }()
 	gen := d.st.Generation()
 	for i, c := range picked {
 		if _, ok := d.claims.at(c.seq, c.num); ok {
