@@ -61,11 +61,13 @@ const (
 
 	defaultSourceStoreType = SourceStoreStatic
 
-	// defaultConcurrency: a node ingests 25–28 k hooks/s on 2 cores, and an
-	// attempt to a receiver answering in 5 ms holds its slot about 7 ms
-	// (docs/benchmarks.md "Issue 14, delivery keeps up"), so keeping up
-	// takes about 190 attempts in flight; 32 allowed 4 600/s.
-	defaultConcurrency       = 256
+	// defaultConcurrency: an attempt holds its slot for the whole round
+	// trip, and while the node also ingests at full speed (its CPU shared
+	// with the edge) an attempt to a receiver answering in 5 ms holds it
+	// about 20 ms, not the 7 ms it takes on an idle node: 256 delivered
+	// 0.74–0.76 of a 2-core node's ingest rate during ingest, 512 all of it
+	// (docs/benchmarks.md "Issue 14, the fifth session"); 32 allowed 4 600/s.
+	defaultConcurrency       = 512
 	defaultMaxInflight       = 1_000
 	defaultMaxInflightBytes  = 64 << 20
 	defaultAttemptTimeoutMs  = 30_000

@@ -156,7 +156,7 @@ sources:
 		t.Fatalf("defaults differ:\n got %+v\nwant %+v", c, want)
 	}
 	wantDispatch := config.DispatchConfig{
-		Concurrency: 256, MaxInflight: 1_000, MaxInflightBytes: 64 << 20, AttemptTimeoutMs: 30_000,
+		Concurrency: 512, MaxInflight: 1_000, MaxInflightBytes: 64 << 20, AttemptTimeoutMs: 30_000,
 		ScanBatch: 256, PollMs: 1_000, BreakerFailures: 5, BreakerCooldownMs: 10_000,
 	}
 	if c.Dispatch != wantDispatch {

@@ -220,7 +220,7 @@ sources:
 func TestRedactedDispatchAndRetryShown(t *testing.T) {
 	r := config.Default().Redacted()
 	d := r["dispatch"].(map[string]any)
-	if d["concurrency"] != json.Number("256") || d["max_inflight_bytes"] != json.Number("67108864") {
+	if d["concurrency"] != json.Number("512") || d["max_inflight_bytes"] != json.Number("67108864") {
 		t.Errorf("dispatch = %v", d)
 	}
 	if got := r["retry"].(map[string]any)["max_attempts"]; got != json.Number("84") {

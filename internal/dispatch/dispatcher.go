@@ -90,7 +90,7 @@ type Options struct {
 
 func (o *Options) fill() {
 	if o.Concurrency <= 0 {
-		o.Concurrency = 256 // config's default (dispatch.concurrency)
+		o.Concurrency = 512 // config's default (dispatch.concurrency)
 	}
 	if o.MaxInflight < o.Concurrency {
 		o.MaxInflight = max(o.Concurrency, 1000)
