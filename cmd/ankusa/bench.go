@@ -49,6 +49,7 @@ func bench(args []string) int {
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled mode=null|disk|dual, clients=N; with -client process the load generator is not in it)")
 	modeFlag := fs.String("mode", "disk", "instance modes measured after the null handler at every level: disk, dual, or a comma list (disk,dual)")
 	confirmMs := fs.Int("confirm-ms", 5, "dual mode: the memory intake's confirm latency in ms (intake.memory.confirm_latency_ms)")
+	intakeDir := intakeDirFlag(fs)
 	retentionFlag := fs.String("retention", "", "comma-separated retention.delivered values; each instance mode runs once per value (e.g. 0,2s,72h: what history costs ingest)")
 	reps := fs.Int("reps", 3, "repetitions, interleaved (every level and mode, then again): each ratio is printed as a range")
 	clientFlag := fs.String("client", harness.ClientProcess, "where the load generator runs: process (a child process, so the server's CPU and allocations are its own) or inproc (this process, the harness before issue 14)")
@@ -124,6 +125,7 @@ func bench(args []string) int {
 		Out:       os.Stdout,
 		Modes:     modes,
 		ConfirmMs: *confirmMs,
+		IntakeDir: *intakeDir,
 		Roles:     roles,
 		Client:    *clientFlag,
 		Reps:      *reps,
@@ -152,6 +154,7 @@ func benchE2E(args []string) int {
 	conc := fs.Int("dispatch-concurrency", config.Default().Dispatch.Concurrency, "dispatch.concurrency of the instance (default: the config's)")
 	modeFlag := fs.String("mode", "disk", "wal.type of the instance: disk or dual (intake.type=memory)")
 	confirmMs := fs.Int("confirm-ms", 5, "dual mode: the memory intake's confirm latency in ms")
+	intakeDir := intakeDirFlag(fs)
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait for the deliveries after the last post is answered")
 	dir := fs.String("dir", "", "parent of the run's data dir (default: the temp dir); the run's dir is removed after")
 	parked := fs.Int("parked", 0, "first park this many hooks on a second source whose sink refuses every attempt (0: none)")
@@ -194,7 +197,7 @@ func benchE2E(args []string) int {
 	defer stop()
 	r, err := harness.RunE2E(ctx, harness.E2EOptions{
 		Hooks: *n, Clients: *clients, Latency: l, BodyBytes: *body, DispatchConcurrency: *conc,
-		Mode: modes[0], ConfirmMs: *confirmMs, Timeout: *timeout, DataDir: *dir, Out: os.Stdout,
+		Mode: modes[0], ConfirmMs: *confirmMs, IntakeDir: *intakeDir, Timeout: *timeout, DataDir: *dir, Out: os.Stdout,
 		Parked: *parked, ParkedSettle: ps,
 	})
 	if err != nil {
@@ -265,4 +268,9 @@ func startProfiles(cmd, cpu, mem string) (stop func(), ok bool) {
 		})
 	}
 	return stop, true
+}
+
+// intakeDirFlag is -intake-dir, shared by bench and bench e2e.
+func intakeDirFlag(fs *flag.FlagSet) *string {
+	return fs.String("intake-dir", harness.IntakeAuto, "dual mode: where the memory intake log goes: auto (/dev/shm when it is a tmpfs: a broker's fsync does not share this host's disk), same (beside the store, on its disk), or a parent dir for a fresh log dir per run")
 }

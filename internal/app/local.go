@@ -18,6 +18,10 @@ type LocalSpec struct {
 	// ConfirmMs after its own fsync, and the backups dual requires.
 	Dual      bool
 	ConfirmMs int
+	// IntakeDir, when set, is the memory intake log's directory instead of
+	// Dir/intake (the bench puts it on a tmpfs: a broker's fsync does not
+	// share this host's disk).
+	IntakeDir string
 	// Retention is retention.delivered; "" keeps the default.
 	Retention string
 	// HTTPSink, when set, replaces the sources with one source (verify
@@ -52,7 +56,11 @@ func NewLocal(spec LocalSpec, o Options) (*Instance, error) {
 		cfg.WAL.Type = "dual"
 		cfg.Intake.Type = "memory"
 		cfg.Intake.NodeID = "bench"
-		cfg.Intake.Memory = &config.IntakeMemory{Path: filepath.Join(spec.Dir, "intake"), ConfirmLatencyMs: spec.ConfirmMs}
+		path := spec.IntakeDir
+		if path == "" {
+			path = filepath.Join(spec.Dir, "intake")
+		}
+		cfg.Intake.Memory = &config.IntakeMemory{Path: path, ConfirmLatencyMs: spec.ConfirmMs}
 		// Dual requires backups; none runs inside a measured window (the
 		// interval is an hour), only the final one at stop.
 		cfg.Backup = config.BackupConfig{

@@ -130,6 +130,10 @@ type Options struct {
 	// ConfirmMs is the memory intake's confirm latency in dual mode
 	// (intake.memory.confirm_latency_ms) [0].
 	ConfirmMs int
+	// IntakeDir is where dual mode's memory intake log goes: IntakeAuto
+	// (a tmpfs when there is one), IntakeSame ("" too: the run's data dir),
+	// or the parent of a fresh dir per run.
+	IntakeDir string
 	// Roles are node.roles of the disk-mode instance [ingest, dispatch]:
 	// ["ingest"] measures the ingest path without the dispatcher. Dual mode
 	// always runs both (config validation requires them under dual), so Run
@@ -394,7 +398,16 @@ func runInstance(ctx context.Context, o *Options, root string, mode Mode, retent
 	if mode == ModeDual {
 		roles = DefaultRoles
 	}
-	spec := instanceSpec(dir, mode, o.ConfirmMs, roles)
+	var intakeDir string
+	if mode == ModeDual {
+		d, remove, err := runIntakeDir(intakeRoot(o.IntakeDir), fmt.Sprintf("c%d-", clients))
+		if err != nil {
+			return Result{}, err
+		}
+		defer remove()
+		intakeDir = d
+	}
+	spec := instanceSpec(dir, mode, o.ConfirmMs, roles, intakeDir)
 	spec.Retention = retention
 	in, stop, err := startInstance(spec, o.Logger)
 	if err != nil {

@@ -49,6 +49,8 @@ type E2EOptions struct {
 	Mode Mode
 	// ConfirmMs is the memory intake's confirm latency under dual [0].
 	ConfirmMs int
+	// IntakeDir places dual's memory intake log (Options.IntakeDir).
+	IntakeDir string
 	// Timeout bounds the wait for the last delivery after the last answer
 	// to a post [2m].
 	Timeout time.Duration
@@ -302,7 +304,16 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	}()
 
 	// The instance: one source, one HTTP sink (and the parked source).
-	spec := instanceSpec(dir, o.Mode, o.ConfirmMs, DefaultRoles)
+	var intakeDir string
+	if o.Mode == ModeDual {
+		d, remove, err := runIntakeDir(intakeRoot(o.IntakeDir), "e2e-")
+		if err != nil {
+			return res, err
+		}
+		defer remove()
+		intakeDir = d
+	}
+	spec := instanceSpec(dir, o.Mode, o.ConfirmMs, DefaultRoles, intakeDir)
 	spec.HTTPSink = &app.LocalHTTPSink{Source: e2eSource, Sink: e2eSink, URL: "http://" + ln.Addr().String() + "/hook", TimeoutMs: 5000}
 	spec.DispatchConcurrency = o.DispatchConcurrency
 	if o.Parked > 0 {
@@ -325,7 +336,7 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	fmt.Fprintf(o.Out, "%s %s/%s  NumCPU=%d GOMAXPROCS=%d; data dir %s (%s); wal.type=%s", runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), absOr(dir), dataDirFS(dir), o.Mode)
 	if o.Mode == ModeDual {
-		fmt.Fprintf(o.Out, " (intake.type=memory TEST ONLY, confirm %d ms)", o.ConfirmMs)
+		fmt.Fprintf(o.Out, " (intake.type=memory TEST ONLY: %s; confirm %d ms)", intakeWhere(intakeRoot(o.IntakeDir)), o.ConfirmMs)
 	}
 	fmt.Fprintln(o.Out)
 

@@ -572,8 +572,8 @@ func printHeader(w io.Writer, o *Options, root string) {
 		fmt.Fprintln(w)
 	}
 	if slices.Contains(o.Modes, ModeDual) {
-		fmt.Fprintf(w, "dual: wal.type=dual, intake.type=memory (TEST ONLY: a file-backed log on the same disk, fsynced per publish), confirm latency %d ms, node.roles=%s\n",
-			o.ConfirmMs, strings.Join(DefaultRoles, ","))
+		fmt.Fprintf(w, "dual: wal.type=dual, intake.type=memory (TEST ONLY: %s), confirm latency %d ms, node.roles=%s\n",
+			intakeWhere(intakeRoot(o.IntakeDir)), o.ConfirmMs, strings.Join(DefaultRoles, ","))
 	}
 	if fs == "tmpfs" || fs == "ramfs" {
 		fmt.Fprintln(w, "WARNING: the data dir is in memory; fsync costs nothing there and disk figures are meaningless. Use -dir on a real disk.")
