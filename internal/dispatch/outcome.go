@@ -138,7 +138,12 @@ func (d *Dispatcher) record(rs []result) {
 	hooks, rows, kept, keptBytes, removed := d.reclaim(b, nowMs, delivered, done)
 	for _, r := range delivered {
 		if removed[r.c.seq] {
-			b.DropDue(r.c.at, r.c.seq, r.c.num) // the delivery row goes with the hook
+			// The delivery row goes with the hook.
+			if i, ok := sc.at[r.c.seq]; ok && sc.states[i].fresh {
+				b.DropFreshDue(r.c.at, r.c.seq, r.c.num) // W1, as reclaim vouched
+			} else {
+				b.DropDue(r.c.at, r.c.seq, r.c.num)
+			}
 			continue
 		}
 		b.Delivered(r.c.at, r.c.seq, r.c.num, &r.c.delivery, nowMs)
@@ -218,10 +223,15 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 		if !ok {
 			i = len(states)
 			at[r.c.seq] = i
-			states = append(states, hookState{ref: r.hook, size: int64(r.c.delivery.Size), all: true, plain: true, deliveredAt: nowMs})
+			states = append(states, hookState{ref: r.hook, size: int64(r.c.delivery.Size), all: true, plain: true, deliveredAt: nowMs, firstKeys: true})
 			seqs = append(seqs, r.c.seq)
 		}
 		states[i].want++
+		// W1 (store): the due key this outcome drops must be the one the
+		// commit path wrote, at the first attempt.
+		if e := d.hot.lookup(r.c.seq); e == nil || r.c.at != e.c.DueAtMs || r.c.delivery.Attempts != 1 {
+			states[i].firstKeys = false
+		}
 	}
 	hs := func(seq uint64) *hookState { return &states[at[seq]] }
 	slices.Sort(seqs)
@@ -266,6 +276,12 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 		}
 		// Capped: the room after it is the next hook's.
 		h.all, h.seen, h.sinks = all, seen, sinkBuf[start:len(sinkBuf):len(sinkBuf)]
+		// W1 (store): every row of the hook is as this process's commit
+		// path wrote it (H1: no sink's row rewritten, none delivered in an
+		// earlier batch), and this batch delivers every sink at its first
+		// attempt from the key that path wrote: each row was SET once, so
+		// its removal may single-delete.
+		h.fresh = all && seen == len(e.c.Sinks) && e.stale == 0 && e.delivered == 0 && h.firstKeys
 		h.deliveredAt = max(h.deliveredAt, e.deliveredAt)
 	}
 	err := d.st.ScanDeliveriesOf(scan, func(seq uint64, num uint16, v []byte) bool {
@@ -309,7 +325,7 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 			continue
 		}
 		if h.plain && h.ref.Seq == seq {
-			plain = append(plain, store.DeliveredHook{Ref: h.ref, Sinks: h.sinks})
+			plain = append(plain, store.DeliveredHook{Ref: h.ref, Sinks: h.sinks, Fresh: h.fresh})
 			hooks++
 			removed[seq] = true
 			continue
@@ -436,6 +452,10 @@ type hookState struct {
 	// them the scan found: a row it did not find is not one to
 	// delete.
 	want, seen int
+	// firstKeys: every delivery this batch records of the hook was its
+	// first attempt, claimed at the due key the commit path wrote; fresh:
+	// that, and the hot cache vouches for all of its rows (store W1).
+	firstKeys, fresh bool
 }
 
 // loopScratch is the memory the loop reuses from one claim pass and one

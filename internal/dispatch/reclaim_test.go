@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ankusa/ankusa/internal/dispatch"
+	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
@@ -81,4 +82,71 @@ func TestDispatch_ParkedBacklogIsDeliveredWhenTheSinkComesBack(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "the parked backlog delivered and reclaimed", func() bool {
 		return count(t, e.st, store.PrefixHook) == 0 && count(t, e.st, store.PrefixDue) == 0
 	})
+}
+
+// W1 (store/delivery.go): a delivered hook's rows are single-deleted only
+// when every one of them was written once, by this process's commit path.
+// A row written twice (a retry's rewrite, a delivery recorded for one sink
+// before the other's) that was single-deleted would come back when a
+// compaction meets it: so after every hook below is removed, a full
+// compaction must leave no row at all, and Pebble must report no misuse.
+func TestReclaim_RemovedHooksStayRemovedAfterACompaction(t *testing.T) {
+	boom := errors.New("connection refused")
+	tests := []struct {
+		name string
+		// sinks are the targets' scripts (one sink each); held holds the
+		// second sink's attempt until the first sink's outcome is recorded.
+		sinks [][]error
+		held  bool
+	}{
+		{"delivered at its first attempt", [][]error{nil}, false},
+		{"retried, then delivered", [][]error{{boom, sink.Retry(boom, 0), nil}}, false},
+		{"two sinks, delivered in two batches", [][]error{nil, nil}, true},
+		{"two sinks, one retried", [][]error{{boom, nil}, nil}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			targets := map[uint16]dispatch.Target{}
+			var ss []*scriptedSink
+			var refs []queue.SinkRef
+			for i, script := range tc.sinks {
+				s := newScripted(script...)
+				ss = append(ss, s)
+				id := fmt.Sprintf("s%d", i)
+				targets[uint16(i)] = dispatch.Target{ID: id, Sink: s}
+				refs = append(refs, queue.SinkRef{Num: uint16(i), ID: id})
+			}
+			if tc.held {
+				ss[1].block = make(chan struct{})
+			}
+			e := setupWith(t, targets, dispatch.Options{BreakerFailures: 100}, true)
+			r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
+				Body: []byte("w1"), Sinks: refs}
+			res, err := e.q.Submit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.held {
+				<-ss[1].entered
+				testutil.Eventually(t, 10*time.Second, "the first sink's delivery recorded", func() bool {
+					dl := e.delivery(t, res.Seq)
+					return dl != nil && dl.State == store.StateDelivered
+				})
+				close(ss[1].block)
+			}
+			testutil.Eventually(t, 10*time.Second, "reclaimed", func() bool { return count(t, e.st, store.PrefixHook) == 0 })
+			if err := e.st.Compact(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range []byte{store.PrefixHook, store.PrefixHookID, store.PrefixSourceIdx, store.PrefixTenantIdx,
+				store.PrefixDelivery, store.PrefixDue, store.PrefixAttempt} {
+				if n := count(t, e.st, p); n != 0 {
+					t.Errorf("%q: %d rows back after the compaction", p, n)
+				}
+			}
+			if m := e.st.SingleDeleteMisuses(); m != 0 {
+				t.Errorf("Pebble reported %d single delete misuses", m)
+			}
+		})
+	}
 }

@@ -37,8 +37,11 @@ import (
 //     disk — checkAckedPresent.
 //
 // Besides them: L, the node answers 201 again once every fault healed
-// (checkLive), and C, boot recovery refuses a fresh or restored store over a
-// log truncated past what it needs (recover).
+// (checkLive); C, boot recovery refuses a fresh or restored store over a
+// log truncated past what it needs (recover); and W, no single delete of
+// the dispatcher's breaks the store's W1 (store/delivery.go) over the
+// whole schedule's history, crashes and reopens included
+// (checkSingleDeletes).
 
 // checkpoint runs the cheap checks at a quiescent instant.
 func (w *world) checkpoint() {
@@ -54,6 +57,21 @@ func (w *world) checkpoint() {
 	w.checkCounters(n)
 	if w.cfg.dual {
 		w.checkMarks(n)
+	}
+}
+
+// checkSingleDeletes: W. A full compaction makes Pebble meet every single
+// delete still on disk with what lies beneath it, from every life of the
+// node's store, and report one that met no SET or more than one.
+func (w *world) checkSingleDeletes(n *node) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.st.Compact(ctx); err != nil {
+		w.tracef("compact for W: %v", err) // a store the faults left failed: nothing to check
+		return
+	}
+	if m := n.st.SingleDeleteMisuses(); m != 0 {
+		w.violate("W", "Pebble reported %d single delete misuses (store W1) after a full compaction", m)
 	}
 }
 

@@ -146,6 +146,7 @@ func (w *world) run() {
 	w.drain()
 	if n := w.current(); n != nil {
 		w.checkpoint()
+		w.checkSingleDeletes(n)
 		w.mu.Lock()
 		w.stopping = true
 		w.mu.Unlock()

@@ -65,6 +65,23 @@ func (b *Batch) Delete(key []byte, _ *pebble.WriteOptions) error {
 	return nil
 }
 
+// singleDelete records the single delete of key, which W1 (delivery.go)
+// lets the caller use: it and the key's one SET both vanish at the first
+// flush or compaction that holds both, where a Delete leaves a tombstone
+// that must be carried down to the last level holding the key.
+func (b *Batch) singleDelete(key []byte) error {
+	if b.err != nil {
+		return b.err
+	}
+	if err := b.b.SingleDelete(key, nil); err != nil {
+		return err
+	}
+	if len(key) > 0 && key[0] == PrefixDue {
+		b.dueDelta--
+	}
+	return nil
+}
+
 // DueUnsure says a due delete of this batch may name a row already gone
 // (the caller read it from an earlier DB generation, which a reopen may
 // have rolled back): the due count is walked again after it (C2), where

@@ -117,6 +117,13 @@ func (b *Batch) DropDue(atMs int64, seq uint64, sink uint16) {
 	_ = b.Delete(DueKey(atMs, seq, sink), nil)
 }
 
+// DropFreshDue removes the due row of a delivery removed with its hook in
+// the same batch (DeleteDeliveredHooks) whose rows are Fresh: a single
+// delete, under W1.
+func (b *Batch) DropFreshDue(atMs int64, seq uint64, sink uint16) {
+	_ = b.singleDelete(DueKey(atMs, seq, sink))
+}
+
 // DropInflight removes an older build's in-flight row whose delivery row
 // is gone.
 func (b *Batch) DropInflight(seq uint64, sink uint16) {
@@ -429,7 +436,30 @@ type SinkAttempts struct {
 type DeliveredHook struct {
 	Ref   HookRef
 	Sinks []SinkAttempts
+	// Fresh: the caller vouches that W1's condition holds for every row
+	// of the hook, so they are single-deleted.
+	Fresh bool
 }
+
+// Invariant W1 (the single delete). A Pebble SINGLEDEL removes the newest
+// SET under it and no more, and vanishes with it at the first flush or
+// compaction that holds both; a DEL instead stays, as a tombstone carried
+// down to the last level that holds the key. A hook delivered while its
+// rows are still in the memtable therefore leaves nothing on disk when its
+// rows are single-deleted, and six tombstones when they are deleted: with
+// a large store beneath (a dead sink's parked backlog) those tombstones
+// made the compactions that carry them a quarter of the node's CPU (issue
+// 14). But a SINGLEDEL over a key SET twice since its last DEL lets the
+// older SET come back. So a row is single-deleted only when the caller
+// vouches that it was SET once since the key was last deleted (or ever),
+// and nothing rewrote it: DeliveredHook.Fresh and DropFreshDue. The
+// dispatcher vouches only for the rows of a hook the commit path of this
+// process wrote and handed over (its hot cache, dispatch/hot.go H1), whose
+// every delivery succeeded at its first claim, in the outcome batch that
+// removes it; every other removal deletes. A single delete can never
+// remove a row it was not meant for, so a breach of W1 cannot lose a hook;
+// it could bring a removed row back, and Pebble reports it when a
+// compaction sees one (Store.SingleDeleteMisuses).
 
 // DeleteDeliveredHooks removes every row of each hook but its dedupe rows,
 // from what the caller knows, without a read: the hook, its id index, its
@@ -449,28 +479,35 @@ type DeliveredHook struct {
 func (b *Batch) DeleteDeliveredHooks(hs []DeliveredHook) int {
 	var k []byte
 	n := 0
-	for _, h := range hs {
-		k = appendHookKey(k[:0], h.Ref.Seq)
-		_ = b.Delete(k, nil)
-	}
-	for _, h := range hs {
-		k = appendHookIDKey(k[:0], h.Ref.ID)
-		_ = b.Delete(k, nil)
-	}
-	for _, h := range hs {
-		k = appendNameSeqKey(k[:0], PrefixSourceIdx, h.Ref.Source, h.Ref.Seq)
-		_ = b.Delete(k, nil)
-	}
-	for _, h := range hs {
-		k = appendNameSeqKey(k[:0], PrefixTenantIdx, h.Ref.Tenant, h.Ref.Seq)
-		_ = b.Delete(k, nil)
-	}
-	for _, h := range hs {
-		for _, sa := range h.Sinks {
-			k = appendDeliveryKey(k[:0], h.Ref.Seq, sa.Sink)
+	del := func(h *DeliveredHook, k []byte) {
+		if h.Fresh {
+			_ = b.singleDelete(k) // W1
+		} else {
 			_ = b.Delete(k, nil)
 		}
-		n += len(h.Sinks)
+	}
+	for i := range hs {
+		k = appendHookKey(k[:0], hs[i].Ref.Seq)
+		del(&hs[i], k)
+	}
+	for i := range hs {
+		k = appendHookIDKey(k[:0], hs[i].Ref.ID)
+		del(&hs[i], k)
+	}
+	for i := range hs {
+		k = appendNameSeqKey(k[:0], PrefixSourceIdx, hs[i].Ref.Source, hs[i].Ref.Seq)
+		del(&hs[i], k)
+	}
+	for i := range hs {
+		k = appendNameSeqKey(k[:0], PrefixTenantIdx, hs[i].Ref.Tenant, hs[i].Ref.Seq)
+		del(&hs[i], k)
+	}
+	for i := range hs {
+		for _, sa := range hs[i].Sinks {
+			k = appendDeliveryKey(k[:0], hs[i].Ref.Seq, sa.Sink)
+			del(&hs[i], k)
+		}
+		n += len(hs[i].Sinks)
 	}
 	for _, h := range hs {
 		for _, sa := range h.Sinks {

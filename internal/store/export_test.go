@@ -10,3 +10,15 @@ func (b *Batch) LegacyClaim(dueAtMs int64, seq uint64, sink uint16, dl *Delivery
 	_ = b.Set(InflightKey(seq, sink), U64(uint64(leaseUntilMs)), nil)
 	_ = b.Set(DeliveryKey(seq, sink), EncodeDelivery(dl), nil)
 }
+
+// FlushTables flushes the memtable and returns how many tables L0 holds
+// then, and their bytes: what the flush left on disk.
+func (s *Store) FlushTables() (int64, int64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.db.Flush(); err != nil {
+		return 0, 0, err
+	}
+	m := s.db.Metrics()
+	return m.Levels[0].TablesCount, m.Levels[0].TablesSize, nil
+}

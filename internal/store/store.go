@@ -4,6 +4,7 @@
 package store
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -75,6 +76,10 @@ type Store struct {
 	gen      uint64       // REQUIRES: mu; the DB generation, raised by every open
 	dueFloor atomic.Int64 // earliest due row applied since TakeDueFloor; MaxInt64 = none
 	due      dueCount     // the due rows of the open generation (duecount.go)
+	// misuses counts the single deletes Pebble found breaking W1
+	// (delivery.go): a compaction met a SINGLEDEL with no SET under it, or
+	// with more than one.
+	misuses atomic.Uint64
 }
 
 // fatalLogger is the Pebble logger of one DB generation.
@@ -140,6 +145,7 @@ func (s *Store) openLocked() error {
 		// The WAL is our durability record; WALMinSyncInterval stays 0 so a
 		// Sync write is not delayed to merge with others (the syncer already
 		// merges them).
+		EventListener: &pebble.EventListener{PossibleAPIMisuse: s.misuse},
 	}
 	if s.opts.MemTableSize > 0 {
 		po.MemTableSize = s.opts.MemTableSize
@@ -158,6 +164,43 @@ func (s *Store) openLocked() error {
 	s.db, s.fatal = db, fl
 	s.gen++
 	return nil
+}
+
+// misuse is Pebble's report of a single delete that broke W1
+// (delivery.go), seen by a compaction. It cannot lose a hook (a single
+// delete only ever removes); it means a deleted row may come back. Logged
+// and counted (SingleDeleteMisuses) so that tests and operators see it.
+func (s *Store) misuse(info pebble.PossibleAPIMisuseInfo) {
+	s.misuses.Add(1)
+	s.log.Error("pebble: possible misuse of a single delete (store invariant W1)", "kind", info.Kind.String(), "family", familyOf(info.UserKey))
+}
+
+// Compact flushes the memtables and compacts the whole key space into the
+// last level: every shadowed version and every tombstone that can go,
+// goes. Tests use it to make Pebble meet a single delete with what lies
+// under it (W1, SingleDeleteMisuses).
+func (s *Store) Compact(ctx context.Context) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil {
+		return ErrClosed
+	}
+	if err := s.db.Compact(ctx, []byte{0}, []byte{0xff, 0xff}, false); err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	return nil
+}
+
+// SingleDeleteMisuses is how many single deletes a compaction found
+// breaking W1 since Open (0 unless there is a bug).
+func (s *Store) SingleDeleteMisuses() uint64 { return s.misuses.Load() }
+
+// familyOf names a key's family for a log line, without the key's bytes.
+func familyOf(k []byte) string {
+	if len(k) == 0 {
+		return ""
+	}
+	return string(k[:1])
 }
 
 func (s *Store) initMeta() error {
