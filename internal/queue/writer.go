@@ -504,7 +504,12 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 		g.rows, _ = g.batch.AppendHookValue(g.rows, &g.arena, h) // a dead batch fails the apply
 		rows = g.rows[first:]
 	}
-	if w.opts.OnCommitted != nil {
+	// A hook with an id of its own (a released quarantined hook, Record.ID)
+	// is not handed over: its id is not one this writer minted, so another
+	// hook may hold it too (a release retried after a fence under dual),
+	// and the dispatcher single-deletes the id row of the hooks it holds
+	// (store W1). It is delivered from the store's rows instead.
+	if w.opts.OnCommitted != nil && r.ID == ([16]byte{}) {
 		c := store.Committed{Seq: seq, DueAtMs: dueAt, Size: uint32(len(r.Body)), Sinks: r.Sinks}
 		switch {
 		case !hand:

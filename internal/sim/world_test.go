@@ -101,6 +101,9 @@ type world struct {
 	start  time.Time
 	tmpDir string
 	logDir string
+	// stores is every store the node opened, one per life: check W sums
+	// their misuse counts. Written by the main goroutine only.
+	stores []*store.Store
 
 	disk   *vfs.MemFS
 	faults *diskFaults
@@ -307,6 +310,7 @@ func (w *world) boot() error {
 		return fmt.Errorf("open store: %w", err)
 	}
 	n.st = st
+	w.stores = append(w.stores, st) // W: each life's misuse count (checkSingleDeletes)
 	if st.Created() {
 		// A new store lineage backs up under a prefix of its own (the old
 		// one holds another store id's backups).

@@ -31,6 +31,8 @@ type Batch struct {
 	// dueUnsure says some delete may name a row already gone (C2).
 	dueDelta  int64
 	dueUnsure bool
+	// singles counts its single deletes (Store.SingleDeletes).
+	singles uint64
 }
 
 // Set records key → value. The options argument is ignored (it keeps
@@ -76,6 +78,7 @@ func (b *Batch) singleDelete(key []byte) error {
 	if err := b.b.SingleDelete(key, nil); err != nil {
 		return err
 	}
+	b.singles++
 	if len(key) > 0 && key[0] == PrefixDue {
 		b.dueDelta--
 	}

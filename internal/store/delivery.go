@@ -456,10 +456,14 @@ type DeliveredHook struct {
 // dispatcher vouches only for the rows of a hook the commit path of this
 // process wrote and handed over (its hot cache, dispatch/hot.go H1), whose
 // every delivery succeeded at its first claim, in the outcome batch that
-// removes it; every other removal deletes. A single delete can never
-// remove a row it was not meant for, so a breach of W1 cannot lose a hook;
-// it could bring a removed row back, and Pebble reports it when a
-// compaction sees one (Store.SingleDeleteMisuses).
+// removes it, and only for a hook whose id that writer minted (a
+// released quarantined hook keeps its id, and a release retried after a
+// fence may commit it twice: the i row would then be SET by two hooks);
+// every other removal deletes. Every single-deleted key is the hook's own
+// (a seq, or an id no other hook holds), so a breach of W1 cannot remove
+// another hook's row, and cannot lose a hook; it could bring a removed row
+// back, and Pebble reports it when a compaction sees one
+// (Store.SingleDeleteMisuses).
 
 // DeleteDeliveredHooks removes every row of each hook but its dedupe rows,
 // from what the caller knows, without a read: the hook, its id index, its

@@ -80,6 +80,8 @@ type Store struct {
 	// (delivery.go): a compaction met a SINGLEDEL with no SET under it, or
 	// with more than one.
 	misuses atomic.Uint64
+	// singleDeletes counts the single deletes applied since Open.
+	singleDeletes atomic.Uint64
 }
 
 // fatalLogger is the Pebble logger of one DB generation.
@@ -178,7 +180,9 @@ func (s *Store) misuse(info pebble.PossibleAPIMisuseInfo) {
 // Compact flushes the memtables and compacts the whole key space into the
 // last level: every shadowed version and every tombstone that can go,
 // goes. Tests use it to make Pebble meet a single delete with what lies
-// under it (W1, SingleDeleteMisuses).
+// under it (W1, SingleDeleteMisuses). It holds the store shared for the
+// whole compaction, so a Reopen or Close waits for it: not for a serving
+// node.
 func (s *Store) Compact(ctx context.Context) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -190,6 +194,9 @@ func (s *Store) Compact(ctx context.Context) error {
 	}
 	return nil
 }
+
+// SingleDeletes is how many single deletes (W1) were applied since Open.
+func (s *Store) SingleDeletes() uint64 { return s.singleDeletes.Load() }
 
 // SingleDeleteMisuses is how many single deletes a compaction found
 // breaking W1 since Open (0 unless there is a bug).
@@ -262,6 +269,9 @@ func (s *Store) apply(b *Batch, wo *pebble.WriteOptions) error {
 	}
 	s.due.mu.RLock()
 	err := s.db.Apply(b.b, wo)
+	if err == nil && b.singles > 0 {
+		s.singleDeletes.Add(b.singles)
+	}
 	if ferr := s.fatal.failed(); err != nil || ferr != nil || b.dueUnsure {
 		// Applied or not, and kept by the next generation or not: recount
 		// (C2).
