@@ -103,7 +103,7 @@ func TestReclaim_RemovedHooksStayRemovedAfterACompaction(t *testing.T) {
 		// second sink's attempt until the first sink's outcome is recorded.
 		sinks    [][]error
 		held     bool
-		released bool   // the record carries its own id (a quarantine release)
+		released bool // the record carries its own id (a quarantine release)
 		singles  bool // some hooks are single-deleted (six rows each), or none
 	}{
 		{"delivered at its first attempt", [][]error{nil}, false, false, true},
