@@ -223,14 +223,16 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 		if !ok {
 			i = len(states)
 			at[r.c.seq] = i
-			states = append(states, hookState{ref: r.hook, size: int64(r.c.delivery.Size), all: true, plain: true, deliveredAt: nowMs, firstKeys: true})
+			states = append(states, hookState{ref: r.hook, size: int64(r.c.delivery.Size), all: true, plain: true, deliveredAt: nowMs,
+				hot: d.hot.lookup(r.c.seq), firstKeys: true})
 			seqs = append(seqs, r.c.seq)
 		}
-		states[i].want++
+		h := &states[i]
+		h.want++
 		// W1 (store): the due key this outcome drops must be the one the
 		// commit path wrote, at the first attempt.
-		if e := d.hot.lookup(r.c.seq); e == nil || r.c.at != e.c.DueAtMs || r.c.delivery.Attempts != 1 {
-			states[i].firstKeys = false
+		if h.hot == nil || r.c.at != h.hot.c.DueAtMs || r.c.delivery.Attempts != 1 {
+			h.firstKeys = false
 		}
 	}
 	hs := func(seq uint64) *hookState { return &states[at[seq]] }
@@ -247,7 +249,7 @@ func (d *Dispatcher) reclaim(b *store.Batch, nowMs int64, delivered []result, do
 	}
 	for _, seq := range seqs {
 		h := hs(seq)
-		e := d.hot.lookup(seq)
+		e := h.hot
 		if e == nil || h.ref.Seq != seq {
 			scan = append(scan, seq)
 			continue
@@ -452,6 +454,10 @@ type hookState struct {
 	// them the scan found: a row it did not find is not one to
 	// delete.
 	want, seen int
+	// hot is the hot cache's entry of the hook, nil if it holds none
+	// (looked up once per batch: nothing changes the ring until reclaim
+	// forgets the hooks it removes).
+	hot *hotHook
 	// firstKeys: every delivery this batch records of the hook was its
 	// first attempt, claimed at the due key the commit path wrote; fresh:
 	// that, and the hot cache vouches for all of its rows (store W1).

@@ -484,7 +484,14 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 	// Larger ones are read back, so memory held for delivery stays bounded
 	// per hook. Under dual the record's own encoding is handed as it is: it
 	// is never changed, and is held for the log and complete-local anyway.
-	hand := w.opts.OnCommitted != nil && store.EnvelopeSize(env) <= maxHandedValue
+	//
+	// A hook with an id of its own (a released quarantined hook, Record.ID)
+	// is not handed over at all: its id is not one this writer minted, so
+	// another hook may hold it too (a release retried after a fence under
+	// dual), and the dispatcher single-deletes the id row of the hooks it
+	// holds (store W1). It is delivered from the store's rows instead.
+	commit := w.opts.OnCommitted != nil && r.ID == ([16]byte{})
+	hand := commit && store.EnvelopeSize(env) <= maxHandedValue
 	if hand && !g.dual {
 		h.Value = store.EncodeEnvelope(env)
 	}
@@ -504,12 +511,7 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 		g.rows, _ = g.batch.AppendHookValue(g.rows, &g.arena, h) // a dead batch fails the apply
 		rows = g.rows[first:]
 	}
-	// A hook with an id of its own (a released quarantined hook, Record.ID)
-	// is not handed over: its id is not one this writer minted, so another
-	// hook may hold it too (a release retried after a fence under dual),
-	// and the dispatcher single-deletes the id row of the hooks it holds
-	// (store W1). It is delivered from the store's rows instead.
-	if w.opts.OnCommitted != nil && r.ID == ([16]byte{}) {
+	if commit {
 		c := store.Committed{Seq: seq, DueAtMs: dueAt, Size: uint32(len(r.Body)), Sinks: r.Sinks}
 		switch {
 		case !hand:

@@ -54,31 +54,30 @@ func (b *Batch) Set(key, value []byte, _ *pebble.WriteOptions) error {
 }
 
 // Delete records the removal of key.
-func (b *Batch) Delete(key []byte, _ *pebble.WriteOptions) error {
-	if b.err != nil {
-		return b.err
-	}
-	if err := b.b.Delete(key, nil); err != nil {
-		return err
-	}
-	if len(key) > 0 && key[0] == PrefixDue {
-		b.dueDelta--
-	}
-	return nil
-}
+func (b *Batch) Delete(key []byte, _ *pebble.WriteOptions) error { return b.remove(key, false) }
 
 // singleDelete records the single delete of key, which W1 (delivery.go)
 // lets the caller use: it and the key's one SET both vanish at the first
 // flush or compaction that holds both, where a Delete leaves a tombstone
 // that must be carried down to the last level holding the key.
-func (b *Batch) singleDelete(key []byte) error {
+func (b *Batch) singleDelete(key []byte) error { return b.remove(key, true) }
+
+// remove is Delete (single false) and singleDelete, with the due count's
+// bookkeeping they share.
+func (b *Batch) remove(key []byte, single bool) error {
 	if b.err != nil {
 		return b.err
 	}
-	if err := b.b.SingleDelete(key, nil); err != nil {
+	del := b.b.Delete
+	if single {
+		del = b.b.SingleDelete
+	}
+	if err := del(key, nil); err != nil {
 		return err
 	}
-	b.singles++
+	if single {
+		b.singles++
+	}
 	if len(key) > 0 && key[0] == PrefixDue {
 		b.dueDelta--
 	}
