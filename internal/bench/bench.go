@@ -398,15 +398,11 @@ func runInstance(ctx context.Context, o *Options, root string, mode Mode, retent
 	if mode == ModeDual {
 		roles = DefaultRoles
 	}
-	var intakeDir string
-	if mode == ModeDual {
-		d, remove, err := runIntakeDir(intakeRoot(o.IntakeDir), fmt.Sprintf("c%d-", clients))
-		if err != nil {
-			return Result{}, err
-		}
-		defer remove()
-		intakeDir = d
+	intakeDir, removeIntake, err := runIntakeDir(mode, o.IntakeDir, fmt.Sprintf("c%d-", clients))
+	if err != nil {
+		return Result{}, err
 	}
+	defer removeIntake()
 	spec := instanceSpec(dir, mode, o.ConfirmMs, roles, intakeDir)
 	spec.Retention = retention
 	in, stop, err := startInstance(spec, o.Logger)

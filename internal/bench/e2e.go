@@ -304,15 +304,11 @@ func RunE2E(ctx context.Context, o E2EOptions) (E2EResult, error) {
 	}()
 
 	// The instance: one source, one HTTP sink (and the parked source).
-	var intakeDir string
-	if o.Mode == ModeDual {
-		d, remove, err := runIntakeDir(intakeRoot(o.IntakeDir), "e2e-")
-		if err != nil {
-			return res, err
-		}
-		defer remove()
-		intakeDir = d
+	intakeDir, removeIntake, err := runIntakeDir(o.Mode, o.IntakeDir, "e2e-")
+	if err != nil {
+		return res, err
 	}
+	defer removeIntake()
 	spec := instanceSpec(dir, o.Mode, o.ConfirmMs, DefaultRoles, intakeDir)
 	spec.HTTPSink = &app.LocalHTTPSink{Source: e2eSource, Sink: e2eSink, URL: "http://" + ln.Addr().String() + "/hook", TimeoutMs: 5000}
 	spec.DispatchConcurrency = o.DispatchConcurrency

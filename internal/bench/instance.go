@@ -44,10 +44,12 @@ func intakeRoot(opt string) string {
 	return opt
 }
 
-// runIntakeDir makes a fresh log dir under root for one run ("" when root
-// is: the log lives in the run's data dir) and returns a remover.
-func runIntakeDir(root, prefix string) (string, func(), error) {
-	if root == "" {
+// runIntakeDir makes a fresh memory intake log dir for one run of mode
+// under the place opt names (Options.IntakeDir), and returns a remover;
+// "" when the run has no log (disk) or keeps it in its own data dir.
+func runIntakeDir(mode Mode, opt, prefix string) (string, func(), error) {
+	root := intakeRoot(opt)
+	if mode != ModeDual || root == "" {
 		return "", func() {}, nil
 	}
 	d, err := os.MkdirTemp(root, "ankusa-intake-"+prefix)
