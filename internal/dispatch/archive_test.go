@@ -16,7 +16,6 @@ import (
 	"github.com/ankusa/ankusa/internal/backup"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/queue"
-	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
@@ -71,17 +70,6 @@ func waitJob(t *testing.T, d *dispatch.Dispatcher, id, state string) dispatch.Jo
 	return j
 }
 
-func nextMessage(t *testing.T, s *scriptedSink) *sink.Message {
-	t.Helper()
-	select {
-	case m := <-s.seen:
-		return m
-	case <-time.After(10 * time.Second):
-		t.Fatal("no delivery")
-		return nil
-	}
-}
-
 // End to end on file://: a delivered hook past its retention is archived,
 // its local rows go, the listing no longer has it, and an archive replay
 // delivers it again with the same id and idempotency key.
@@ -92,7 +80,7 @@ func TestArchive_SweepThenReplay(t *testing.T) {
 	s := newScripted()
 	e := setup(t, s, archiveOptions(clk, a))
 	res := e.submit(t, "archived body", "order-7")
-	first := nextMessage(t, s)
+	first := s.next(t)
 	wantState(t, e.d, 1, "delivered")
 
 	clk.advance(61 * time.Minute)
@@ -121,7 +109,7 @@ func TestArchive_SweepThenReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	again := nextMessage(t, s)
+	again := s.next(t)
 	if again.ID != first.ID || again.IdempotencyKey() != first.IdempotencyKey() || !bytes.Equal(again.Body, first.Body) {
 		t.Fatalf("replayed %s (%s, %q), want %s (%s, %q)", again.ID, again.IdempotencyKey(), again.Body,
 			first.ID, first.IdempotencyKey(), first.Body)
@@ -157,7 +145,7 @@ func TestArchive_TamperedSegmentRefused(t *testing.T) {
 	s := newScripted()
 	e := setup(t, s, archiveOptions(clk, a))
 	e.submit(t, "original body", "")
-	nextMessage(t, s)
+	s.next(t)
 	wantState(t, e.d, 1, "delivered")
 	clk.advance(61 * time.Minute)
 	testutil.Eventually(t, 10*time.Second, "hook archived", func() bool {

@@ -71,13 +71,7 @@ func (s *scriptedSink) Close() error { return nil }
 
 func (s *scriptedSink) next(t *testing.T) *sink.Message {
 	t.Helper()
-	select {
-	case m := <-s.seen:
-		return m
-	case <-time.After(10 * time.Second):
-		t.Fatal("no delivery attempt")
-		return nil
-	}
+	return testutil.Receive(t, s.seen, "no delivery attempt")
 }
 
 type env struct {
@@ -618,11 +612,5 @@ func (o outcomeFeed) Delivery(_, result string, _ time.Duration) { o.ch <- resul
 
 func (o outcomeFeed) next(t *testing.T) string {
 	t.Helper()
-	select {
-	case r := <-o.ch:
-		return r
-	case <-time.After(10 * time.Second):
-		t.Fatal("no outcome recorded")
-		return ""
-	}
+	return testutil.Receive(t, o.ch, "no outcome recorded")
 }

@@ -98,13 +98,7 @@ func (o *rcObserver) class(c string) int {
 // nextPublish waits for the next publish outcome.
 func (o *rcObserver) nextPublish(t *testing.T) string {
 	t.Helper()
-	select {
-	case c := <-o.publishes:
-		return c
-	case <-time.After(10 * time.Second):
-		t.Fatal("no publish attempt")
-		return ""
-	}
+	return testutil.Receive(t, o.publishes, "no publish attempt")
 }
 
 // noPublish fails if a publish is attempted within a short window. Like

@@ -18,10 +18,7 @@ import (
 // followed it), driven through Pebble's errorfs.
 func TestQueue_FencedFsyncFailure(t *testing.T) {
 	t.Run("no ack after a failed fsync", func(t *testing.T) {
-		gate := testutil.NewWALSyncGate()
-		st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
-		sig := newGroupSignal()
-		q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+		gate, st, _, q := gatedQueue(t, queue.Options{})
 
 		gate.FailNext(1)
 		s, err := q.Submit(context.Background(), rec("doomed", "evt_doomed"))
@@ -51,10 +48,7 @@ func TestQueue_FencedFsyncFailure(t *testing.T) {
 	})
 
 	t.Run("an acked group whose successor's fsync fails still reads back", func(t *testing.T) {
-		gate := testutil.NewWALSyncGate()
-		st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
-		sig := newGroupSignal()
-		q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+		gate, st, sig, q := gatedQueue(t, queue.Options{})
 
 		gate.Hold()
 		first := submitAsync(q, rec("kept", "evt_kept"))
@@ -64,10 +58,7 @@ func TestQueue_FencedFsyncFailure(t *testing.T) {
 		// worth, queue.HoldMax, is not held for it: S1), so it is still in
 		// the writer's unsynced list when fsync 1 returns — the reference's
 		// bug deleted group 1 along with it.
-		var second []chan submitted
-		for i := range queue.HoldMax {
-			second = append(second, submitAsync(q, rec(fmt.Sprint("undone ", i), fmt.Sprint("evt_undone_", i))))
-		}
+		second := submitAll(q, queue.HoldMax, "undone", true)
 		sig.wait(t)
 		gate.Open()
 		gate.FailNext(1)
@@ -99,10 +90,7 @@ func TestQueue_FencedFsyncFailure(t *testing.T) {
 	// an fsync already covered (writer.pruneUnsynced): the undone groups
 	// must still name their own rows, and no acked hook loses one.
 	t.Run("groups built on reused memory are undone exactly", func(t *testing.T) {
-		gate := testutil.NewWALSyncGate()
-		st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
-		sig := newGroupSignal()
-		q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+		gate, st, sig, q := gatedQueue(t, queue.Options{})
 
 		for i := range 8 {
 			if _, err := q.Submit(context.Background(), rec(fmt.Sprint("acked ", i), fmt.Sprint("evt_acked_", i))); err != nil {
@@ -116,9 +104,8 @@ func TestQueue_FencedFsyncFailure(t *testing.T) {
 		release := gate.Held(t)
 		var undone []chan submitted
 		for i := range 3 {
-			for j := range queue.HoldMax { // a full group's worth is applied while the fsync is held (S1)
-				undone = append(undone, submitAsync(q, rec(fmt.Sprint("undone ", i, j), fmt.Sprint("evt_undone_", i, "_", j))))
-			}
+			// A full group's worth is applied while the fsync is held (S1).
+			undone = append(undone, submitAll(q, queue.HoldMax, fmt.Sprint("undone", i), true)...)
 			sig.wait(t) // one group each, applied while the fsync is held
 		}
 		gate.Open()

@@ -41,13 +41,7 @@ func (g *groupSignal) Group(records, written int, _ time.Duration) { g.applied <
 
 func (g *groupSignal) wait(t *testing.T) int {
 	t.Helper()
-	select {
-	case n := <-g.applied:
-		return n
-	case <-time.After(10 * time.Second):
-		t.Fatal("no group applied")
-		return 0
-	}
+	return testutil.Receive(t, g.applied, "no group applied")
 }
 
 type submitted struct {
@@ -84,6 +78,31 @@ func answer(t *testing.T, ch chan submitted) submitted {
 	}
 }
 
+// gatedQueue starts a queue over a store whose WAL syncs pass through a
+// gate, with o's Observer the returned group signal.
+func gatedQueue(t *testing.T, o queue.Options) (*testutil.WALSyncGate, *store.Store, *groupSignal, *queue.Queue) {
+	t.Helper()
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	sig := newGroupSignal()
+	o.Observer = sig
+	return gate, st, sig, testutil.StartQueue(t, st, o)
+}
+
+// submitAll submits n records with bodies "name i" (and, with dedupe, the
+// dedupe keys "evt_name_i"), each answered on its own channel.
+func submitAll(q *queue.Queue, n int, name string, dedupe bool) []chan submitted {
+	var chs []chan submitted
+	for i := range n {
+		key := ""
+		if dedupe {
+			key = fmt.Sprintf("evt_%s_%d", name, i)
+		}
+		chs = append(chs, submitAsync(q, rec(fmt.Sprintf("%s %d", name, i), key)))
+	}
+	return chs
+}
+
 // heldRelease waits for the next WAL sync to be held and returns its
 // release; a test that fails before calling it does not leave the fsync
 // held for the queue's Close (the cleanup releases it first).
@@ -106,10 +125,7 @@ func hookPresent(t *testing.T, st *store.Store, id [16]byte) bool {
 }
 
 func TestQueue_AckOnlyAfterFsync(t *testing.T) {
-	gate := testutil.NewWALSyncGate()
-	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
-	sig := newGroupSignal()
-	q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+	gate, _, sig, q := gatedQueue(t, queue.Options{})
 
 	gate.Hold()
 	ch := submitAsync(q, rec(`{"a":1}`, ""))
@@ -135,10 +151,7 @@ func TestQueue_AckOnlyAfterFsync(t *testing.T) {
 }
 
 func TestQueue_NextGroupAppliedWhileSyncing(t *testing.T) {
-	gate := testutil.NewWALSyncGate()
-	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
-	sig := newGroupSignal()
-	q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+	gate, _, sig, q := gatedQueue(t, queue.Options{})
 
 	gate.Hold()
 	first := submitAsync(q, rec("one", ""))
@@ -147,10 +160,7 @@ func TestQueue_NextGroupAppliedWhileSyncing(t *testing.T) {
 	// A full group's worth (queue.HoldMax) queued while fsync 1 is held is
 	// applied as one group while it is held: the fsync stays off the
 	// writer's critical path for everything but a remainder (S1).
-	var more []chan submitted
-	for i := range queue.HoldMax {
-		more = append(more, submitAsync(q, rec(fmt.Sprintf("r%d", i), "")))
-	}
+	more := submitAll(q, queue.HoldMax, "r", false)
 	if n := sig.wait(t); n != queue.HoldMax {
 		t.Fatalf("group applied while fsync 1 was held wrote %d records, want %d", n, queue.HoldMax)
 	}
@@ -176,10 +186,7 @@ func TestQueue_NextGroupAppliedWhileSyncing(t *testing.T) {
 // at C=64 the writer committed 1.2 records per group, twenty groups per
 // fsync), and no record waits for an fsync more than it did.
 func TestQueue_RecordsQueuedDuringAnFsyncAreOneGroup(t *testing.T) {
-	gate := testutil.NewWALSyncGate()
-	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
-	sig := newGroupSignal()
-	q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+	gate, _, sig, q := gatedQueue(t, queue.Options{})
 
 	gate.Hold()
 	first := submitAsync(q, rec("one", ""))
@@ -188,10 +195,7 @@ func TestQueue_RecordsQueuedDuringAnFsyncAreOneGroup(t *testing.T) {
 	}
 	release := heldRelease(t, gate)
 	const later = 5
-	var more []chan submitted
-	for i := range later {
-		more = append(more, submitAsync(q, rec(fmt.Sprintf("r%d", i), "")))
-	}
+	more := submitAll(q, later, "r", false)
 	testutil.Eventually(t, 10*time.Second, "the later records queued", func() bool { return q.Stats().Queued == 1+later })
 	gate.Open()
 	release()
@@ -287,10 +291,7 @@ func TestQueue_Dedupe(t *testing.T) {
 }
 
 func TestQueue_DuplicateWaitsForOriginalsFsync(t *testing.T) {
-	gate := testutil.NewWALSyncGate()
-	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
-	sig := newGroupSignal()
-	q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+	gate, _, sig, q := gatedQueue(t, queue.Options{})
 
 	gate.Hold()
 	orig := submitAsync(q, rec("x", "evt_9"))
@@ -299,10 +300,7 @@ func TestQueue_DuplicateWaitsForOriginalsFsync(t *testing.T) {
 	// The duplicate and enough others to fill a group (queue.HoldMax) are
 	// applied while the original's fsync is held (S1).
 	dup := submitAsync(q, rec("x", "evt_9"))
-	var others []chan submitted
-	for i := range queue.HoldMax - 1 {
-		others = append(others, submitAsync(q, rec(fmt.Sprint("other ", i), "")))
-	}
+	others := submitAll(q, queue.HoldMax-1, "other", false)
 	if n := sig.wait(t); n != queue.HoldMax-1 {
 		t.Fatalf("group with the duplicate wrote %d records, want %d (the others only)", n, queue.HoldMax-1)
 	}
@@ -366,10 +364,7 @@ func TestQueue_ExpiredDedupeKeyIsSweptAndReusable(t *testing.T) {
 }
 
 func TestQueue_OverloadIsRefusedNotQueued(t *testing.T) {
-	gate := testutil.NewWALSyncGate()
-	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
-	sig := newGroupSignal()
-	q := testutil.StartQueue(t, st, queue.Options{MaxQueue: 3, MaxBatch: 3, Observer: sig})
+	gate, _, _, q := gatedQueue(t, queue.Options{MaxQueue: 3, MaxBatch: 3})
 
 	gate.Hold()
 	var chans []chan submitted
@@ -431,10 +426,7 @@ func TestQueue_SeqsSurviveReopen(t *testing.T) {
 // every caller gets its own record's answer, also after one left while its
 // record was still in flight.
 func TestQueue_EveryCallerGetsItsOwnAnswer(t *testing.T) {
-	gate := testutil.NewWALSyncGate()
-	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
-	sig := newGroupSignal()
-	q := testutil.StartQueue(t, st, queue.Options{Observer: sig})
+	gate, _, sig, q := gatedQueue(t, queue.Options{})
 
 	withID := func(b byte) *queue.Record {
 		r := rec(fmt.Sprint(b), "")

@@ -177,12 +177,20 @@ func (g *WALSyncGate) Open() {
 // Held waits for the next WAL sync to be held and returns its release.
 func (g *WALSyncGate) Held(t testing.TB) chan struct{} {
 	t.Helper()
+	return Receive(t, g.held, "no WAL sync reached the gate")
+}
+
+// Receive returns the next value from ch, or fails the test with missing
+// if none comes within 10 s.
+func Receive[T any](t testing.TB, ch <-chan T, missing string) T {
+	t.Helper()
 	select {
-	case r := <-g.held:
-		return r
+	case v := <-ch:
+		return v
 	case <-time.After(10 * time.Second):
-		t.Fatal("no WAL sync reached the gate")
-		return nil
+		t.Fatal(missing)
+		var zero T
+		return zero
 	}
 }
 
