@@ -491,6 +491,61 @@ func TestAttempt_DeadlineIsTheSinksBoundWhenShorter(t *testing.T) {
 	}
 }
 
+// deadlineSink delivers every message and reports whether the attempt's
+// ctx carried a deadline, and how long it allowed.
+type deadlineSink struct{ allowed chan time.Duration }
+
+func (s *deadlineSink) Close() error { return nil }
+func (s *deadlineSink) Deliver(ctx context.Context, _ *sink.Message) error {
+	if dl, ok := ctx.Deadline(); ok {
+		s.allowed <- time.Until(dl)
+	} else {
+		s.allowed <- -1
+	}
+	return nil
+}
+
+// noIOSink is a deadlineSink that claims to do no I/O (the log sink's
+// kind).
+type noIOSink struct{ *deadlineSink }
+
+func (noIOSink) NoIO() {}
+
+// TestAttempt_NoDeadlineForASinkThatDoesNoIO: an attempt on a sink that
+// talks to a target carries dispatch.attempt_timeout_ms; one on a sink
+// that does no I/O (sink.NoIO, the log sink) carries none, since nothing
+// in it would wait for the timer, and is still delivered.
+func TestAttempt_NoDeadlineForASinkThatDoesNoIO(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		noIO     bool
+		deadline bool
+	}{
+		{"a sink that does I/O", false, true},
+		{"a sink that does none", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds := &deadlineSink{allowed: make(chan time.Duration, 16)}
+			var s sink.Sink = ds
+			if tc.noIO {
+				s = noIOSink{ds}
+			}
+			e := setup(t, s, dispatch.Options{AttemptTimeout: time.Minute})
+			res := e.submit(t, "x", "")
+			allowed := testutil.Receive(t, ds.allowed, "no attempt")
+			switch {
+			case tc.deadline && (allowed < 0 || allowed > time.Minute):
+				t.Fatalf("the attempt's ctx allowed %s, want a deadline within dispatch.attempt_timeout_ms (1m)", allowed)
+			case !tc.deadline && allowed >= 0:
+				t.Fatalf("the attempt's ctx has a deadline %s away, want none for a sink.NoIO sink", allowed)
+			}
+			testutil.Eventually(t, 10*time.Second, "the hook delivered and removed", func() bool {
+				return e.delivery(t, res.Seq) == nil
+			})
+		})
+	}
+}
+
 // A delivery with a second due key (a retry's batch a reopen dropped
 // brings its old key back while the new key's claim runs) is attempted
 // once at a time, not once per key: the claim drops a key the row no

@@ -16,7 +16,14 @@ type Sink struct {
 	log *slog.Logger
 }
 
-var _ sink.Sink = (*Sink)(nil)
+var (
+	_ sink.Sink = (*Sink)(nil)
+	_ sink.NoIO = (*Sink)(nil)
+)
+
+// NoIO: Deliver hands one line to the logger and waits on nothing a
+// deadline could end, so its attempts carry none (sink.NoIO).
+func (*Sink) NoIO() {}
 
 // New returns a log sink writing to log.
 func New(log *slog.Logger) *Sink { return &Sink{log: log.With("component", "sink.log")} }

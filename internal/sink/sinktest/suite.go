@@ -73,12 +73,14 @@ type Target struct {
 	Carries Carries
 	// DoesIO: Deliver talks to a target, so a Deliver with an ended ctx
 	// must fail (transient). False for the log sink, which cannot block
-	// and returns nil.
+	// and returns nil. A sink implements sink.NoIO exactly when DoesIO is
+	// false (the dispatcher gives a NoIO sink's attempts no deadline).
 	DoesIO bool
 }
 
 // Run runs the contract suite against tg.
 func Run(t *testing.T, tg Target) {
+	t.Run("NoIOExactlyWhenItDoesNoIO", func(t *testing.T) { testNoIO(t, tg) })
 	t.Run("DeliverCarriesTheMessageIntact", func(t *testing.T) { testDeliver(t, tg) })
 	t.Run("RefusalIsPermanent", func(t *testing.T) { testRefusal(t, tg) })
 	t.Run("EndedContextReturnsPromptly", func(t *testing.T) { testContext(t, tg) })
@@ -252,5 +254,17 @@ func testClose(t *testing.T, tg Target) {
 	}
 	if err := in.Sink.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// testNoIO: a sink claims sink.NoIO (its attempts then carry no deadline)
+// only when it does no I/O, and one that does none claims it.
+func testNoIO(t *testing.T, tg Target) {
+	_, noIO := tg.New(t).Sink.(sink.NoIO)
+	switch {
+	case tg.DoesIO && noIO:
+		t.Fatal("the sink talks to a target but implements sink.NoIO: its attempts would run without a deadline")
+	case !tg.DoesIO && !noIO:
+		t.Fatal("the sink does no I/O but does not implement sink.NoIO: each attempt arms a timer nothing waits on")
 	}
 }
