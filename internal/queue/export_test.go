@@ -2,3 +2,7 @@ package queue
 
 // HoldMax is holdMax, for the external tests.
 const HoldMax = holdMax
+
+// AddSummary is addSummary: a test that runs Recover again after a failed
+// run adds the runs' counts as RecoverNode does.
+var AddSummary = addSummary

@@ -179,6 +179,124 @@ func TestRecovery_SeqCollisionIsResequencedNeverOverwritten(t *testing.T) {
 	}
 }
 
+// TestRecovery_SeqCollisionWritesEachIDOnce: a record whose seq collides
+// with another stored hook is re-sequenced once per hook id (I3, replay.go),
+// however often the log holds it and whatever earlier run put its id in
+// the store: one hook row for the id, the id index pointing at it, one
+// delivery row per sink, the local hook at the seq untouched, and a
+// further run changing nothing.
+func TestRecovery_SeqCollisionWritesEachIDOnce(t *testing.T) {
+	tests := []struct {
+		name string
+		// log adds to the log of the three acked hooks (seqs 1..3, the first
+		// colliding with the store's local hook at seq 1); earlier is a copy
+		// of the store as it was before this recovery.
+		log   func(t *testing.T, lg *memory.Log, earlier func() *store.Store)
+		chunk int
+		cut   int // records the first run's Replay passes before an outage; <0 none
+		// the Summary counts, added over the runs
+		applied, present, collided int
+	}{
+		{name: "the log holds the colliding record twice, in one chunk", cut: -1,
+			log: republishFirst, applied: 3, present: 1, collided: 1},
+		{name: "the log holds the colliding record twice, in two chunks", chunk: 2, cut: -1,
+			log: republishFirst, applied: 3, present: 1, collided: 1},
+		{name: "the log holds the colliding record also under the fresh seq an earlier recovery gave it", cut: -1,
+			// That recovery's republish failed (a log outage), so the next
+			// boot, remembering nothing of what it replayed, republished
+			// every hook above the watermark, the re-sequenced one too
+			// (seq 4); then the host was lost and this store restored.
+			log: func(t *testing.T, lg *memory.Log, earlier func() *store.Store) {
+				st := earlier()
+				lg.FailNext(1, intake.Unavailable)
+				if _, err := recoverInto(t, st, lg, nil); !errors.Is(err, memory.ErrInjected) {
+					t.Fatalf("earlier recovery = %v, want its republish failed", err)
+				}
+				if sum, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting }); err != nil || sum.Republished != 4 {
+					t.Fatalf("the next boot: %s %v, want 4 republished", sum, err)
+				}
+			},
+			applied: 3, present: 4, collided: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
+			x := ackIntoLog(t, lg, 3)[0]
+			// This store already holds a different hook at seq 1.
+			st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+			q := testutil.StartQueue(t, st, queue.Options{})
+			mine, err := q.Submit(context.Background(), rec("local", ""))
+			if err != nil || mine.Seq != 1 {
+				t.Fatalf("local hook: %+v %v", mine, err)
+			}
+			q.Close()
+			tc.log(t, lg, func() *store.Store {
+				dir := filepath.Join(t.TempDir(), "earlier")
+				if err := st.Checkpoint(dir); err != nil {
+					t.Fatal(err)
+				}
+				return testutil.OpenStore(t, dir, nil)
+			})
+
+			in := &cutReplay{Log: lg, after: tc.cut}
+			replayed := map[uint64]bool{} // shared by the runs, as RecoverNode's attempts share it
+			run := func() (queue.Summary, error) {
+				return queue.Recover(t.Context(), st, queue.RecoverOptions{Intake: in, Node: "node-a", Origin: queue.OriginRestored,
+					Resolve: route, Logger: testutil.Logger(t), Chunk: tc.chunk, Replayed: replayed})
+			}
+			sum, err := run()
+			if tc.cut >= 0 {
+				if !errors.Is(err, errCut) {
+					t.Fatalf("first run = %v (%s), want the outage", err, sum)
+				}
+				var again queue.Summary
+				again, err = run()
+				sum = queue.AddSummary(sum, again)
+			}
+			if err != nil {
+				t.Fatalf("recover: %v (%s)", err, sum)
+			}
+
+			seqs := testutil.HookSeqsOf(t, st, x.ID)
+			if len(seqs) != 1 || seqs[0] == 1 {
+				t.Fatalf("hook %x is stored at seqs %v, want once, under a fresh seq (summary %s)", x.ID, seqs, sum)
+			}
+			if at, ok, err := st.LookupHookID(x.ID); err != nil || !ok || at != seqs[0] {
+				t.Fatalf("the id index names seq %d (%v, %v), want %d", at, ok, err, seqs[0])
+			}
+			sinks := 0
+			if err := st.ScanDeliveries(seqs[0], func(uint16, []byte) bool { sinks++; return true }); err != nil || sinks != 1 {
+				t.Fatalf("seq %d has %d delivery rows (%v), want 1 (one sink)", seqs[0], sinks, err)
+			}
+			if got := testutil.HookSeqsOf(t, st, mine.ID); len(got) != 1 || got[0] != 1 {
+				t.Fatalf("the local hook is at seqs %v, want [1]", got)
+			}
+			if n, _ := st.CountHooks(); n != 4 {
+				t.Fatalf("hooks = %d, want 4 (the local one and three replayed)", n)
+			}
+			if sum.Applied != tc.applied || sum.Present != tc.present || sum.Collided != tc.collided {
+				t.Fatalf("summary %s, want applied=%d present=%d collided=%d", sum, tc.applied, tc.present, tc.collided)
+			}
+
+			again, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting })
+			if err != nil || again.Applied != 0 {
+				t.Fatalf("a further run: %s %v, want nothing applied", again, err)
+			}
+			if n, _ := st.CountHooks(); n != 4 {
+				t.Fatalf("hooks = %d after a further run, want 4", n)
+			}
+		})
+	}
+}
+
+// republishFirst publishes the log's first record again: a retried publish
+// or a republish, the log then holding it twice.
+func republishFirst(t *testing.T, lg *memory.Log, _ func() *store.Store) {
+	if _, err := lg.PublishBatch(context.Background(), lg.Records()[:1]); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestRecovery_RepublishesLocalHooksAboveTheWatermark(t *testing.T) {
 	lg := openLog(t, filepath.Join(t.TempDir(), "intake"))
 	// Hooks acked under disk mode: in the store, never in the log.

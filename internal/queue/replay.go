@@ -188,6 +188,8 @@ type applier struct {
 	next     uint64
 	pending  []replayed
 	collided []replayed
+	// aside holds the hook ids of collided (I3).
+	aside map[[16]byte]bool
 	// replayed holds the seqs this replay wrote: they are in the log, so
 	// the republish skips them.
 	replayed map[uint64]bool
@@ -211,6 +213,16 @@ func (a *applier) add(r intake.Record, pos intake.Position) {
 //   - no hook at the seq: write it with its original seq and raise next_seq;
 //   - the same hook id at the seq: skip (every duplicate or reordered record);
 //   - another hook id: a collision — never overwrite; write under a fresh seq.
+//
+// I3: one hook id, one hook row. A record is present, and skipped, when
+// its hook id is stored (an earlier run or chunk wrote it, at its seq or
+// re-sequenced), written by this chunk, or set aside by this replay as a
+// collision; flushCollided applies the same rule again before it writes.
+// Both matter: the log may hold a colliding record twice (a retried
+// publish, a republish), and may hold its id under the fresh seq an
+// earlier recovery gave it, applied by this replay after the record was
+// set aside. Two rows for one id are two deliveries, and the id index
+// names only one.
 func (a *applier) flush() error {
 	if len(a.pending) == 0 {
 		return nil
@@ -227,15 +239,12 @@ func (a *applier) flush() error {
 			a.log.Warn("replay: undecodable hook record skipped", "seq", p.r.Seq, "err", err)
 			continue
 		}
-		// Present by id first: a hook already written (under its own seq, or
-		// re-sequenced after a collision by an earlier run) is never written
-		// twice.
-		if ids[env.ID] {
+		// Present by id first (I3).
+		if ids[env.ID] || a.aside[env.ID] {
 			a.sum.Present++
 			continue
 		}
-		// A malformed id index row still names a stored hook (LookupHookID).
-		if _, has, err := a.st.LookupHookID(env.ID); err != nil && !errors.Is(err, store.ErrCorrupt) {
+		if has, err := a.stored(env.ID); err != nil {
 			return err
 		} else if has {
 			a.sum.Present++
@@ -262,6 +271,10 @@ func (a *applier) flush() error {
 			a.log.Error("replay: seq collision, the record gets a fresh seq (two live nodes shared a node id?)",
 				"seq", seq, "stored_id", fmt.Sprintf("%x", existing), "log_id", fmt.Sprintf("%x", env.ID))
 			a.collided = append(a.collided, p)
+			if a.aside == nil {
+				a.aside = map[[16]byte]bool{}
+			}
+			a.aside[env.ID] = true
 			continue
 		}
 		a.write(b, env, seq)
@@ -271,7 +284,8 @@ func (a *applier) flush() error {
 	return a.commit(b, last)
 }
 
-// flushCollided writes the collided records under fresh seqs.
+// flushCollided writes the collided records under fresh seqs, each unless
+// its hook id was stored meanwhile (I3).
 func (a *applier) flushCollided() error {
 	if len(a.collided) == 0 {
 		return nil
@@ -285,10 +299,26 @@ func (a *applier) flushCollided() error {
 		if err != nil {
 			continue
 		}
+		if has, err := a.stored(env.ID); err != nil {
+			return err
+		} else if has {
+			a.sum.Present++
+			continue
+		}
 		a.write(b, env, a.next)
 	}
 	a.collided = nil
 	return a.commit(b, last)
+}
+
+// stored reports whether a hook with id is in the store. A malformed id
+// index row still names a stored hook (LookupHookID).
+func (a *applier) stored(id [16]byte) (bool, error) {
+	_, has, err := a.st.LookupHookID(id)
+	if err != nil && !errors.Is(err, store.ErrCorrupt) {
+		return false, fmt.Errorf("look up hook %x: %w", id, err)
+	}
+	return has, nil
 }
 
 // write adds one hook under seq to b.
