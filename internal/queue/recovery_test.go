@@ -182,9 +182,10 @@ func TestRecovery_SeqCollisionIsResequencedNeverOverwritten(t *testing.T) {
 // TestRecovery_SeqCollisionWritesEachIDOnce: a record whose seq collides
 // with another stored hook is re-sequenced once per hook id (I3, replay.go),
 // however often the log holds it and whatever earlier run put its id in
-// the store: one hook row for the id, the id index pointing at it, one
-// delivery row per sink, the local hook at the seq untouched, and a
-// further run changing nothing.
+// the store, and a run that fails before writing it leaves the offset below
+// it (I4): one hook row for the id, the id index pointing at it, one
+// delivery row per sink, the local hook at the seq untouched, the offset at
+// the last record, and a further run changing nothing.
 func TestRecovery_SeqCollisionWritesEachIDOnce(t *testing.T) {
 	tests := []struct {
 		name string
@@ -217,6 +218,8 @@ func TestRecovery_SeqCollisionWritesEachIDOnce(t *testing.T) {
 				}
 			},
 			applied: 3, present: 4, collided: 1},
+		{name: "an outage after the colliding record's chunk, and the run again", chunk: 1, cut: 2,
+			log: func(*testing.T, *memory.Log, func() *store.Store) {}, applied: 3, present: 1, collided: 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -238,6 +241,7 @@ func TestRecovery_SeqCollisionWritesEachIDOnce(t *testing.T) {
 				return testutil.OpenStore(t, dir, nil)
 			})
 
+			head := lg.Last() // the republish appends past it
 			in := &cutReplay{Log: lg, after: tc.cut}
 			replayed := map[uint64]bool{} // shared by the runs, as RecoverNode's attempts share it
 			run := func() (queue.Summary, error) {
@@ -273,6 +277,9 @@ func TestRecovery_SeqCollisionWritesEachIDOnce(t *testing.T) {
 			}
 			if n, _ := st.CountHooks(); n != 4 {
 				t.Fatalf("hooks = %d, want 4 (the local one and three replayed)", n)
+			}
+			if off, ok, err := st.IntakeOffset(); err != nil || !ok || off != int64(head) {
+				t.Fatalf("m:intake_offset = %d (%v, %v), want the last record replayed, %d", off, ok, err, head)
 			}
 			if sum.Applied != tc.applied || sum.Present != tc.present || sum.Collided != tc.collided {
 				t.Fatalf("summary %s, want applied=%d present=%d collided=%d", sum, tc.applied, tc.present, tc.collided)

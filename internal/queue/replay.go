@@ -24,11 +24,11 @@ import (
 // I2: running Recover again after a run that failed part way (a log
 // outage mid-replay or mid-republish) is safe and loses nothing. Each
 // chunk's hooks and m:intake_offset are one synced batch (applier.commit),
-// so the store's offset never passes a record that is not durably applied,
-// and the next run replays from there; a record applied before is skipped
-// by its hook id (applier.flush), never written twice; next_seq only
-// rises; and a republished record is one the log may hold twice, which the
-// same apply rule absorbs. The watermark (m:intake_seq) moves only after
+// so the store's offset never passes a record that is not durably applied
+// (nor one set aside as a collision, I4), and the next run replays from
+// there; a record applied before is skipped by its hook id (applier.flush,
+// I3), never written twice; next_seq only rises; and a republished record
+// is one the log may hold twice, which the same apply rule absorbs. The watermark (m:intake_seq) moves only after
 // the whole republish, so a failed run leaves it where it was.
 func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, error) {
 	if o.Chunk <= 0 {
@@ -190,6 +190,9 @@ type applier struct {
 	collided []replayed
 	// aside holds the hook ids of collided (I3).
 	aside map[[16]byte]bool
+	// last is the position of the last record added; hold the one before
+	// the first record of collided (I4).
+	last, hold intake.Position
 	// replayed holds the seqs this replay wrote: they are in the log, so
 	// the republish skips them.
 	replayed map[uint64]bool
@@ -207,6 +210,7 @@ type appliedClaim struct {
 
 func (a *applier) add(r intake.Record, pos intake.Position) {
 	a.pending = append(a.pending, replayed{r, pos})
+	a.last = pos
 }
 
 // flush applies the chunk. The rule, keyed by seq and hook id:
@@ -231,9 +235,7 @@ func (a *applier) flush() error {
 	defer b.Close()
 	inChunk := map[uint64][16]byte{}
 	ids := map[[16]byte]bool{}
-	var last intake.Position
 	for _, p := range a.pending {
-		last = p.pos
 		env, err := store.DecodeEnvelope(p.r.Value)
 		if err != nil {
 			a.log.Warn("replay: undecodable hook record skipped", "seq", p.r.Seq, "err", err)
@@ -270,6 +272,9 @@ func (a *applier) flush() error {
 			a.sum.Collided++
 			a.log.Error("replay: seq collision, the record gets a fresh seq (two live nodes shared a node id?)",
 				"seq", seq, "stored_id", fmt.Sprintf("%x", existing), "log_id", fmt.Sprintf("%x", env.ID))
+			if len(a.collided) == 0 {
+				a.hold = p.pos - 1
+			}
 			a.collided = append(a.collided, p)
 			if a.aside == nil {
 				a.aside = map[[16]byte]bool{}
@@ -281,7 +286,7 @@ func (a *applier) flush() error {
 		inChunk[seq] = env.ID
 		ids[env.ID] = true
 	}
-	return a.commit(b, last)
+	return a.commit(b)
 }
 
 // flushCollided writes the collided records under fresh seqs, each unless
@@ -292,9 +297,7 @@ func (a *applier) flushCollided() error {
 	}
 	b := a.st.NewBatch()
 	defer b.Close()
-	var last intake.Position
 	for _, p := range a.collided {
-		last = p.pos
 		env, err := store.DecodeEnvelope(p.r.Value)
 		if err != nil {
 			continue
@@ -308,7 +311,7 @@ func (a *applier) flushCollided() error {
 		a.write(b, env, a.next)
 	}
 	a.collided = nil
-	return a.commit(b, last)
+	return a.commit(b)
 }
 
 // stored reports whether a hook with id is in the store. A malformed id
@@ -347,14 +350,27 @@ func (a *applier) write(b *store.Batch, env *store.Envelope, seq uint64) {
 	a.replayed[seq] = true
 }
 
-// commit applies one chunk's batch with the offset advanced in it.
-func (a *applier) commit(b *store.Batch, last intake.Position) error {
+// commit applies one chunk's batch with the offset advanced in it, to the
+// last record added.
+//
+// I4: the offset never passes a record set aside as a collision. Until
+// flushCollided writes them it stays just below the first (hold, which is
+// -1 when that record is at position 0: every reader of the row takes -1
+// as no position held), so a run that fails before then (I2) reads them
+// again: they are in no row yet, and an offset past them would lose them.
+// flushCollided's commit moves it to the last record replayed, not back
+// to the last collided one.
+func (a *applier) commit(b *store.Batch) error {
 	a.pending = a.pending[:0]
 	if a.o.DryRun {
 		return nil
 	}
+	off := a.last
+	if len(a.collided) > 0 {
+		off = min(off, a.hold)
+	}
 	_ = b.SetNextSeq(a.next)
-	_ = b.SetIntakeOffset(int64(last))
+	_ = b.SetIntakeOffset(int64(off))
 	if err := a.st.ApplySync(b); err != nil {
 		a.claims = a.claims[:0]
 		return fmt.Errorf("apply replayed chunk: %w", err)
