@@ -28,8 +28,9 @@ import (
 // (nor one set aside as a collision, I4), and the next run replays from
 // there; a record applied before is skipped by its hook id (applier.flush,
 // I3), never written twice; next_seq only rises; and a republished record
-// is one the log may hold twice, which the same apply rule absorbs. The watermark (m:intake_seq) moves only after
-// the whole republish, so a failed run leaves it where it was.
+// is one the log may hold twice, which the same apply rule absorbs. The
+// watermark (m:intake_seq) moves only after the whole republish, so a
+// failed run leaves it where it was.
 func Recover(ctx context.Context, st *store.Store, o RecoverOptions) (Summary, error) {
 	if o.Chunk <= 0 {
 		o.Chunk = 500
