@@ -290,8 +290,9 @@ func (d *Dispatcher) stepJob(j *job, n int, now time.Time) {
 
 // stepRelease releases up to n quarantined hooks. The release commits
 // through the queue (durable before it returns), then the cursor is
-// written: a crash between the two re-releases a hook, whose commit keeps
-// its original id and dedupe key, so the retry is absorbed downstream.
+// written: a crash between the two runs the step again, which finds no
+// pen row for a hook already committed (it left the pen in its hook's
+// batch, ack rule 7 of internal/queue), so nothing is committed twice.
 func (d *Dispatcher) stepRelease(j *job, n int, now time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -84,9 +84,14 @@ type Pen struct {
 	bytes   int64
 	records int
 
-	// delMu serialises every delete (Purge, Release): a deleter reads the
-	// rows it removes under it, so no row's bytes are given back twice.
+	// delMu serialises every delete (Purge, Release, and a release's
+	// commit, whose batch deletes the row): a deleter reads the rows it
+	// removes under it, so no row's bytes are given back twice.
 	delMu sync.Mutex
+	// carried are rows whose release the queue carries: the queue deletes
+	// each with its hook's rows, later; their bytes are given back then
+	// (settleCarried). REQUIRES: delMu held.
+	carried map[store.PenRef]int64
 }
 
 // New opens the pen over st and scans it once for its current size.
@@ -314,6 +319,7 @@ func (p *Pen) Purge(f PurgeFilter) (int, error) {
 			}
 		}
 		_ = b.DeletePen(row.PenRef)
+		delete(p.carried, row.PenRef) // its bytes are given back here
 		n++
 		freed += accounted(row.Value)
 		return true

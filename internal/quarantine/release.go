@@ -33,13 +33,24 @@ const maxExamine = 10_000
 // against when the hook arrived, not against when the operator released
 // it. A hook that passes is committed through the queue under its original
 // id and receive time, with the source's current sinks and dedupe key, and
-// then deleted from the pen. A hook that still fails (or whose source is no
+// its pen row is deleted in the very batch that writes the hook's rows (ack
+// rule 7, internal/queue). A hook that still fails (or whose source is no
 // longer configured, or whose row does not decode) stays in the pen and is
 // counted skipped; the cursor moves past it.
 //
-// The commit comes before the delete: a crash between the two leaves a
-// committed hook in the pen. The next release finds its id already in the
-// store and only deletes the row, so a hook is never committed twice.
+// A hook is never committed twice: the pen holds it exactly until its rows
+// are stored, so a release retried after any answer (a 503, a fence, a
+// crash) finds either the pen row or the hook. The hook's id row alone
+// would be no proof: once the hook is delivered its reclaim deletes it
+// (retention.delivered: 0). Under wal.type: dual a commit answered 503 may
+// still be carried to completion (the log confirmed, the local fsync
+// failed): until the reconciler completes it, the queue refuses the id
+// (queue.ErrIntakePending) and the step stops there; complete-local then
+// deletes the pen row with the hook's rows. A hook can be both stored and
+// held only after boot recovery wrote it from the intake log, which knows
+// no pen rows, or when its row was left by a build before ack rule 7: the
+// release finds its id in the store (or the queue answers it as a
+// duplicate) and only deletes the row.
 type Release struct {
 	pen     *Pen
 	sources func(id string) (*edge.Source, bool)
@@ -97,69 +108,89 @@ func (r *Release) Release(ctx context.Context, sourceID string, cursor []byte, u
 		return 0, 0, nil, false, fmt.Errorf("quarantine: release scan: %w", serr)
 	}
 
-	var committed []store.PenRef
+	if serr := r.pen.settleCarried(); serr != nil {
+		return 0, 0, nil, false, fmt.Errorf("quarantine: release: %w", serr)
+	}
+	var remove []store.PenRef // committed, their rows still in the pen
+	gone := 0                 // committed now, their rows gone with the commit
 	for _, it := range items {
 		if it.val != nil {
-			ok, rerr := r.releaseOne(ctx, it)
+			how, rerr := r.releaseOne(ctx, it)
 			if rerr != nil {
 				err, done = rerr, false
 				break
 			}
-			if ok {
-				committed = append(committed, it.ref)
-			} else {
+			switch how {
+			case stays:
 				skipped++
+			case stored:
+				remove = append(remove, it.ref)
+			case taken:
+				gone++
 			}
 		}
 		next = it.ref.Cursor()
 	}
-	if len(committed) > 0 {
-		if _, derr := r.pen.remove(committed); derr != nil {
+	if len(remove) > 0 {
+		if _, derr := r.pen.remove(remove); derr != nil {
 			// The hooks are committed but still held: the next step finds
 			// their ids in the store and only deletes the rows.
-			return 0, 0, nil, false, fmt.Errorf("quarantine: release delete: %w", derr)
+			return gone, 0, nil, false, fmt.Errorf("quarantine: release delete: %w", derr)
 		}
 	}
-	moved = len(committed)
+	moved = len(remove) + gone
 	if moved > 0 || skipped > 0 {
 		r.pen.log.Info("quarantine release step", "source", sourceID, "moved", moved, "skipped", skipped, "done", done)
 	}
 	return moved, skipped, next, done, err
 }
 
-// releaseOne re-verifies and commits one held hook. ok false means it stays
-// held (skipped); an error means the commit path failed and the step stops.
-func (r *Release) releaseOne(ctx context.Context, it item) (ok bool, err error) {
+// released is what releaseOne did with a held hook.
+type released int
+
+const (
+	// stays: it is still held (skipped).
+	stays released = iota
+	// stored: it was committed before, or the queue answered it as a
+	// duplicate: its pen row is still there, for the step to delete.
+	stored
+	// taken: committed now; its pen row went in the commit's batch.
+	taken
+)
+
+// releaseOne re-verifies and commits one held hook. An error means the
+// commit path failed and the step stops.
+func (r *Release) releaseOne(ctx context.Context, it item) (released, error) {
 	log := r.pen.log.With("id", uuid.UUID(it.ref.ID).String())
 	row, err := parseRow(it.val)
 	if err != nil {
 		log.Warn("held hook does not parse; left in the pen", "err", err)
-		return false, nil
+		return stays, nil
 	}
 	env, err := store.DecodeEnvelope(row.envelope)
 	if err != nil {
 		log.Warn("held hook does not decode; left in the pen", "err", err)
-		return false, nil
+		return stays, nil
 	}
 	src, found := r.sources(env.Source)
 	if !found || src == nil {
 		log.Info("held hook's source is not configured; left in the pen", "source", env.Source)
-		return false, nil
+		return stays, nil
 	}
 	h := httpHeader(env.Headers)
 	receivedAt := time.Unix(0, env.ReceivedAt)
 	if src.Verifier != nil {
 		if verr := src.Verifier.Verify(h, env.Body, receivedAt); verr != nil {
 			log.Debug("held hook still fails verification", "source", env.Source, "err", verr)
-			return false, nil
+			return stays, nil
 		}
 	}
 	_, committed, err := r.pen.st.LookupHookID(env.ID)
 	if err != nil && !errors.Is(err, store.ErrCorrupt) {
-		return false, fmt.Errorf("quarantine: release: %w", err)
+		return stays, fmt.Errorf("quarantine: release: %w", err)
 	}
 	if committed {
-		return true, nil // committed by an earlier step that crashed before its delete
+		return stored, nil // written from the intake log by boot recovery, or left by an older build
 	}
 	rec := &queue.Record{
 		ID:          env.ID,
@@ -170,14 +201,28 @@ func (r *Release) releaseOne(ctx context.Context, it item) (ok bool, err error) 
 		Headers:     env.Headers,
 		Body:        env.Body,
 		Sinks:       src.Sinks,
+		Held:        &store.PenRow{PenRef: it.ref, Value: it.val},
 	}
 	if k := src.Dedupe.Key(h, env.Body); k != "" {
 		rec.DedupeKey, rec.DedupeTTL = k, src.Dedupe.TTL()
 	}
-	if _, err := r.q.Submit(ctx, rec); err != nil {
-		return false, fmt.Errorf("quarantine: release commit: %w", err)
+	// Under delMu: a purge must not delete the row the commit takes, or
+	// both would give its bytes back.
+	r.pen.delMu.Lock()
+	defer r.pen.delMu.Unlock()
+	res, err := r.q.Submit(ctx, rec)
+	if err != nil {
+		if _, carried := queue.Carried(err); carried {
+			// The queue completes it, and deletes the pen row then.
+			r.pen.carriedLocked(it.ref, accounted(it.val))
+		}
+		return stays, fmt.Errorf("quarantine: release commit: %w", err)
 	}
-	return true, nil
+	if res.Duplicate {
+		return stored, nil // a hook already holds its id or dedupe key: no row was taken
+	}
+	r.pen.forget(1, accounted(it.val))
+	return taken, nil
 }
 
 // httpHeader rebuilds a request's header from the stored (lower-case)
@@ -189,6 +234,36 @@ func httpHeader(hs []store.Header) http.Header {
 		h[k] = append(h[k], x.Value)
 	}
 	return h
+}
+
+// carriedLocked notes a released hook the queue carries (its commit was
+// answered 503 but the record is completed, its pen row deleted with its
+// hook's rows, now or once the reconciler wrote them), so that the row's
+// bytes are given back once it is gone (settleCarried). REQUIRES: p.delMu
+// held.
+func (p *Pen) carriedLocked(ref store.PenRef, bytes int64) {
+	if p.carried == nil {
+		p.carried = make(map[store.PenRef]int64)
+	}
+	p.carried[ref] = bytes
+}
+
+// settleCarried gives back the bytes of the carried rows the queue has
+// deleted since.
+func (p *Pen) settleCarried() error {
+	p.delMu.Lock()
+	defer p.delMu.Unlock()
+	for ref, bytes := range p.carried {
+		v, err := p.st.ReadPen(ref)
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			delete(p.carried, ref)
+			p.forget(1, bytes)
+		}
+	}
+	return nil
 }
 
 // remove deletes the given rows that still exist, in one synced batch, and

@@ -25,7 +25,8 @@ var (
 	// large (refused before any seq). 503 with intake.retry_after_s.
 	ErrIntakeUnavailable = errors.New("queue: intake unavailable")
 	// ErrIntakePending: a retry met an original that is not yet confirmed in
-	// both places. 503 with Retry-After: 1 — never a 201 duplicate.
+	// both places (by its dedupe key, or by its own id: ack rule 7). 503
+	// with Retry-After: 1 — never a 201 duplicate.
 	ErrIntakePending = errors.New("queue: intake pending")
 )
 

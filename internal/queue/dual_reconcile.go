@@ -53,6 +53,9 @@ func (w *writer) completeLocal(es []*pendingEntry) error {
 			continue
 		}
 		_ = b.PutRows(e.rows) // a dead batch fails the apply
+		if e.held != nil {
+			_, _ = b.TakePen(e.held.PenRef, e.held.Value) // ack rule 7; the fence put the row back
+		}
 		deliveries += uint64(store.DeliveryRows(e.rows))
 		written = append(written, e)
 	}

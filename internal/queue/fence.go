@@ -31,8 +31,10 @@ const maxReopenFailures = 20
 //  3. In one synced write, delete every row of the groups above durable_seq
 //     (the reopened DB may still show them, from the page cache or because
 //     the WAL write did reach the disk) and keep m:next_seq: their seqs stay
-//     consumed. Groups at or below durable_seq were acked and keep their
-//     rows — deleting them was the reference's bug.
+//     consumed; put back the pen rows those groups took (ack rule 7), so a
+//     held hook whose commit is undone is held again. Groups at or below
+//     durable_seq were acked and keep their rows — deleting them was the
+//     reference's bug.
 //  4. Resume with durable_seq at the last seq: everything up to it is now
 //     either durable or deleted by a synced write.
 //
@@ -114,6 +116,7 @@ func (w *writer) cleanup(durable uint64) error {
 		}
 		undone++
 		_ = b.DeleteRows(g.rows) // a dead batch fails the apply
+		_ = b.PutRows(g.restore) // ack rule 7: the pen rows the group took
 	}
 	_ = b.SetNextSeq(w.nextSeq) // ack rule 4: the undone seqs stay consumed
 	if err := w.st.ApplySync(b); err != nil {

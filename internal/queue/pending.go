@@ -16,8 +16,9 @@ type pendingEntry struct {
 	id      [16]byte
 	dedupe  string // the u-key, "" without dedupe
 	rec     intake.Record
-	rows    []store.Row // its local half, kept so complete-local re-applies exactly what the commit wrote
-	size    int64       // every row's key and value: rows[0].Value is rec.Value, counted once
+	rows    []store.Row   // its local half, kept so complete-local re-applies exactly what the commit wrote
+	held    *store.PenRow // the pen row its batch deleted (ack rule 7): complete-local deletes it too
+	size    int64         // every row's key and value: rows[0].Value is rec.Value, counted once
 	firstAt time.Time
 	// floor is completePos when the record was added: every position the
 	// log may give any copy of it is above floor, since each record
@@ -151,6 +152,15 @@ func (p *pendingSet) claimLocked(e *pendingEntry, now time.Time, deadline time.D
 	default:
 		return claimReleased
 	}
+}
+
+// hasID reports whether a record with hook id id is in the set, in flight
+// or carried (ack rule 7).
+func (p *pendingSet) hasID(id [16]byte) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.byID[id]
+	return ok
 }
 
 // add registers es, skipping nil (an in-group duplicate's slot), and

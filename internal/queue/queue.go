@@ -27,6 +27,20 @@
 //  6. Readers that act on rows (dispatch) read only at or below
 //     durable_seq: a row above it belongs to a group no fsync has covered
 //     yet, which rule 5's fence may still delete.
+//  7. A held (quarantined) hook is committed once, under its own id.
+//     (a) A record that brings its id (Record.ID) is answered by the hook
+//     holding it, if any: as a duplicate of a stored one or of one in its
+//     group, and under dual, while a record with that id is unconfirmed
+//     (in flight or carried, at any age), refused ErrIntakePending
+//     (writer.idTaken). (b) The pen row it is released from (Record.Held)
+//     is deleted in the batch that writes its hook's rows, by the writer
+//     and by complete-local, and put back by the fence that undoes that
+//     batch (writer.putHook, fence step 3). So a retried release never
+//     finds the pen row of a hook that is committed or being carried to
+//     it; the id row alone is no such proof, as the hook's reclaim
+//     deletes it. The one exception: boot recovery writes a carried hook
+//     from the log, which knows no pen rows; a release then finds the id
+//     stored and deletes the row, unless the hook was reclaimed first.
 package queue
 
 import (
@@ -58,8 +72,13 @@ type SinkRef = store.HookSink
 // Record is one hook on its way into the store.
 type Record struct {
 	// ID is zero for a new hook (the batcher mints a UUIDv7); a released
-	// quarantined hook keeps the id it was given when it was held.
-	ID          [16]byte
+	// quarantined hook keeps the id it was given when it was held. A hook
+	// already holding the id answers the record (ack rule 7).
+	ID [16]byte
+	// Held, for a released quarantined hook, is the pen row it leaves (its
+	// Value owned by the record): deleted in the batch that writes the
+	// hook's rows, put back if that batch is undone (ack rule 7).
+	Held        *store.PenRow
 	ReceivedAt  time.Time
 	Tenant      string
 	Source      string

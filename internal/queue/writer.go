@@ -20,6 +20,9 @@ type appliedGroup struct {
 	rows   []store.Row
 	// arena holds the rows' keys and values under disk (AppendHook).
 	arena store.RowArena
+	// restore are the pen rows the group took (ack rule 7): the fence puts
+	// them back when it deletes rows.
+	restore []store.Row
 }
 
 // maxSpareGroups bounds the covered groups' rows and arenas the writer
@@ -246,10 +249,12 @@ type commitGroup struct {
 	replies  []pendingReply
 	dups     []pendingReply // dual: duplicates are answered by the local fsync alone
 	rows     []store.Row    // every row the group writes, for the fence's undo
+	restore  []store.Row    // the pen rows the group deletes, for the fence's undo (ack rule 7)
 	arena    store.RowArena // the keys and values of rows (disk: AppendHook)
 	entries  []*pendingEntry
-	inGroup  map[string]original // dedupe key → the new hook of this group holding it
-	bytes    int64               // dual: what the group adds to the pending set
+	inGroup  map[string]original   // dedupe key → the new hook of this group holding it
+	ids      map[[16]byte]original // caller-supplied id (Record.ID) → the new hook of this group holding it
+	bytes    int64                 // dual: what the group adds to the pending set
 	firstSeq uint64
 	sinks    uint64 // delivery rows written
 	// committed: the new hooks handed to dispatch once durable (with
@@ -349,6 +354,9 @@ func (w *writer) add(g *commitGroup, it *item) {
 		return
 	}
 	r := it.rec
+	if r.ID != ([16]byte{}) && w.idTaken(g, it) {
+		return
+	}
 	var uk []byte
 	if r.DedupeKey != "" {
 		uk = store.DedupeKey(r.Tenant, r.Source, r.DedupeKey)
@@ -423,6 +431,62 @@ func (w *writer) duplicate(g *commitGroup, it *item, uk []byte) bool {
 	return false
 }
 
+// idTaken keeps ack rule 7 (a) for a record that brings its own id
+// (Record.ID: a released quarantined hook). It reports true when the record
+// is answered: as a duplicate of the hook that holds the id (one of this
+// group's, or a stored one, answered once the fsync covering it returned,
+// as ack rule 3 has it), or, under dual, refused ErrIntakePending while a
+// record with the id is in the pending set (in flight or carried), since
+// the reconciler completes that record under that very id. False: no hook
+// holds the id; it is written as a new hook.
+//
+// Why here, and not only in the caller's lookup (quarantine.Release reads
+// the id row first): the writer alone gives seqs and runs complete-local,
+// so only on its goroutine does "no hook holds this id" stay true until
+// the seq is given. A caller's lookup raced the reconciler: under dual a
+// release answered 503 after its local fsync failed and the log confirmed
+// found no id row once the fence had undone the group, and its retry was
+// committed as a second hook under the same id before the reconciler wrote
+// the first one's local half: two seqs, two records in the log and two
+// deliveries for one id. Rejected: the release taking a carried answer
+// (Carried) as committed: a record whose two halves both failed lives only
+// in the pending set, so deleting its pen row would let a crash lose it.
+// Rejected: admitting it past reconcile_deadline_ms as duplicate does for
+// a dedupe key: the sanctioned second hook of a key has an id of its own,
+// a second hook under one id is the very thing this rule forbids.
+func (w *writer) idTaken(g *commitGroup, it *item) bool {
+	if o, ok := g.ids[it.id]; ok {
+		// The first is in this very group: the duplicate shares its fate.
+		g.replies = append(g.replies, pendingReply{it: it, res: Result{ID: o.id, Seq: o.seq, Duplicate: true}, need: o.seq})
+		if g.dual {
+			g.entries = append(g.entries, nil)
+		}
+		return true
+	}
+	if g.dual && w.dual.pending.hasID(it.id) {
+		w.b.answer(it, outcome{err: fmt.Errorf("%w: hook id %x is not yet confirmed in both places", ErrIntakePending, it.id)})
+		return true
+	}
+	seq, found, err := w.st.LookupHookID(it.id)
+	if err != nil {
+		// A corrupt id row still means a hook holds the id (LookupHookID).
+		w.b.answer(it, outcome{err: fmt.Errorf("%w: hook id lookup: %w", ErrStoreUnavailable, err)})
+		return true
+	}
+	if !found {
+		return false
+	}
+	// Not in the pending set: under dual the stored hook is confirmed in
+	// both places, so the duplicate needs only the local fsync.
+	pr := pendingReply{it: it, res: Result{ID: it.id, Seq: seq, Duplicate: true}, need: seq}
+	if g.dual {
+		g.dups = append(g.dups, pr)
+	} else {
+		g.replies = append(g.replies, pr)
+	}
+	return true
+}
+
 // refuseDual refuses, before either half and before any seq (nothing is
 // written), a record too large for the log or one the pending set has no
 // room for. It reports whether it refused.
@@ -477,6 +541,26 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 		}
 		g.inGroup[string(uk)] = original{id: it.id, seq: seq}
 	}
+	if r.ID != ([16]byte{}) {
+		if g.ids == nil {
+			g.ids = make(map[[16]byte]original)
+		}
+		g.ids[it.id] = original{id: it.id, seq: seq} // ack rule 7
+	}
+	if r.Held != nil {
+		// Ack rule 7 (b): the pen row goes in the hook's own batch. Why not
+		// leave its delete to the release once the commit returned: the id
+		// row the release's next step looks for is gone as soon as the hook
+		// is delivered and reclaimed (retention.delivered: 0), so a commit
+		// the release never heard of (a 503 whose record the reconciler
+		// then completed, a crash before the delete) was committed again:
+		// one id, two deliveries
+		// (TestRelease_RetriedAfterACarriedCommitUnderDualCommitsOnce).
+		// Rejected: the release waiting for the reconciler's verdict; that
+		// only narrows the window to a step's timeout.
+		back, _ := g.batch.TakePen(r.Held.PenRef, r.Held.Value) // a dead batch fails the apply
+		g.restore = append(g.restore, back)
+	}
 	// Dispatch takes new hooks from memory: a value up to maxHandedValue
 	// is handed over with the hook in a buffer of its own, so its first
 	// delivery reads nothing back (the Get it saves allocated as much);
@@ -486,10 +570,12 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 	// is never changed, and is held for the log and complete-local anyway.
 	//
 	// A hook with an id of its own (a released quarantined hook, Record.ID)
-	// is not handed over at all: its id is not one this writer minted, so
-	// another hook may hold it too (a release retried after a fence under
-	// dual), and the dispatcher single-deletes the id row of the hooks it
-	// holds (store W1). It is delivered from the store's rows instead.
+	// is not handed over at all: the dispatcher single-deletes the id row
+	// of the hooks it holds (store W1), which needs that row SET once since
+	// it was last deleted, and only an id this writer minted is known to
+	// be. Ack rule 7 keeps a second hook off a released id (before it, a
+	// release retried after a fence under dual did commit one twice), but
+	// the id came from elsewhere. It is delivered from the store's rows.
 	commit := w.opts.OnCommitted != nil && r.ID == ([16]byte{})
 	hand := commit && store.EnvelopeSize(env) <= maxHandedValue
 	if hand && !g.dual {
@@ -528,7 +614,7 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 		g.bytes += pendingCost(it)
 		val := rows[0].Value
 		e := &pendingEntry{
-			seq: seq, id: it.id, dedupe: string(uk), rows: rows, firstAt: g.now, inflight: true,
+			seq: seq, id: it.id, dedupe: string(uk), rows: rows, firstAt: g.now, inflight: true, held: r.Held,
 			rec: intake.Record{
 				Version: intake.RecordVersion, Kind: intake.KindHook, Node: w.dual.node, Seq: seq, ID: it.id,
 				Incarnation: w.dual.incarnation, Tenant: r.Tenant, Source: r.Source, Value: val,
@@ -561,7 +647,7 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 		_ = g.batch.SetNextSeq(w.nextSeq) // ack rule 4
 		// Remember the group before applying: a failed apply may still have
 		// left rows visible, and the fence must delete them.
-		w.unsynced = append(w.unsynced, appliedGroup{maxSeq: w.nextSeq - 1, rows: g.rows, arena: g.arena})
+		w.unsynced = append(w.unsynced, appliedGroup{maxSeq: w.nextSeq - 1, rows: g.rows, arena: g.arena, restore: g.restore})
 		w.nextSeqPublic.Store(w.nextSeq)
 		if g.dual {
 			// Both halves are issued together: the publish starts before the
@@ -621,6 +707,7 @@ func (w *writer) pruneUnsynced() {
 			clear(ag.rows)
 			ag.rows = ag.rows[:0]
 			ag.arena.Reset()
+			ag.restore = nil
 			w.spare = append(w.spare, ag)
 		}
 	}

@@ -457,9 +457,11 @@ type DeliveredHook struct {
 // process wrote and handed over (its hot cache, dispatch/hot.go H1), whose
 // every delivery succeeded at its first claim, in the outcome batch that
 // removes it, and only for a hook whose id that writer minted (a
-// released quarantined hook keeps its id, and a release retried after a
-// fence may commit it twice: the i row would then be SET by two hooks);
-// every other removal deletes. Every single-deleted key is the hook's own
+// released quarantined hook keeps an id from elsewhere: ack rule 7 of
+// internal/queue keeps a second hook off it, but the writer cannot vouch
+// that its i row was SET once; before that rule a release retried after a
+// fence did commit one twice, SETting it by two hooks); every other
+// removal deletes. Every single-deleted key is the hook's own
 // (a seq, or an id no other hook holds), so a breach of W1 cannot remove
 // another hook's row, and cannot lose a hook; it could bring a removed row
 // back, and Pebble reports it when a compaction sees one

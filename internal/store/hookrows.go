@@ -276,7 +276,8 @@ func (b *Batch) PutRowsByFamily(rows []Row) error {
 }
 
 // PutRows adds rows that HookRows built (complete-local re-applies a held
-// record's rows). It stops at the batch's first error.
+// record's rows), or the pen rows TakePen returned (the fence puts back
+// those an undone group took). It stops at the batch's first error.
 func (b *Batch) PutRows(rows []Row) error {
 	for _, r := range rows {
 		if err := b.Set(r.Key, r.Value, nil); err != nil {

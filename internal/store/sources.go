@@ -69,6 +69,14 @@ func (b *Batch) PutPen(r PenRef, v []byte) error { return b.Set(r.Cursor(), v, n
 // DeletePen removes one pen row.
 func (b *Batch) DeletePen(r PenRef) error { return b.Delete(r.Cursor(), nil) }
 
+// TakePen removes pen row r (whose value is v) in b, the batch that writes
+// the rows of the hook released from it (ack rule 7, internal/queue), and
+// returns the row that puts it back if that batch is undone (the fence).
+func (b *Batch) TakePen(r PenRef, v []byte) (Row, error) {
+	k := r.Cursor()
+	return Row{Key: k, Value: v}, b.Delete(k, nil)
+}
+
 // ReadPen returns the value of one pen row, nil if absent.
 func (s *Store) ReadPen(r PenRef) ([]byte, error) { return s.Get(r.Cursor()) }
 

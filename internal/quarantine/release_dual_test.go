@@ -1,0 +1,146 @@
+package quarantine_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/ankusa/ankusa/internal/dispatch"
+	"github.com/ankusa/ankusa/internal/edge"
+	"github.com/ankusa/ankusa/internal/intake/memory"
+	"github.com/ankusa/ankusa/internal/quarantine"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/sink"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+// countingSink counts deliveries by hook id.
+type countingSink struct {
+	mu   sync.Mutex
+	byID map[[16]byte]int
+}
+
+func (s *countingSink) Deliver(_ context.Context, m *sink.Message) error {
+	s.mu.Lock()
+	s.byID[m.ID]++
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *countingSink) Close() error { return nil }
+
+func (s *countingSink) count(id [16]byte) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byID[id]
+}
+
+// A release whose commit failed to the caller under wal.type: dual (the
+// local fsync failed, the intake log confirmed: the record is carried, and
+// the reconciler will write its local half under the same seq and id) is
+// retried before the reconciler has done so. The retry must not commit the
+// id a second time (ack rule 7): it is refused while the first record is
+// unconfirmed, and once the reconciler completed it the next step finds the
+// id in the store and only deletes the pen row. One hook, one record in the
+// log, one delivery.
+func TestRelease_RetriedAfterACarriedCommitUnderDualCommitsOnce(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	lg, err := memory.Open(memory.Options{Dir: filepath.Join(t.TempDir(), "intake"), Node: "node-a", Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lg.Close() })
+	var disp atomic.Pointer[dispatch.Dispatcher]
+	q := testutil.StartQueue(t, st, queue.Options{
+		Dual: &queue.DualOptions{
+			Intake: lg, Node: "node-a", PublishTimeout: 500 * time.Millisecond,
+			BreakerFailures: 3, Probe: time.Hour,
+			ReconcileEvery: -1, // the test runs the reconciler's pass itself
+		},
+		OnDurable: func() {
+			if d := disp.Load(); d != nil {
+				d.Wake()
+			}
+		},
+	})
+	t.Cleanup(gate.ReleaseAll) // registered after the queue: runs first
+	cs := &countingSink{byID: map[[16]byte]int{}}
+	d := dispatch.New(st, dispatch.Options{
+		Targets:   map[uint16]dispatch.Target{1: {ID: "log", Sink: cs}},
+		Durable:   q.Durable,
+		OnReclaim: q.Reclaimed,
+		Poll:      20 * time.Millisecond,
+		Logger:    testutil.Logger(t),
+	})
+	disp.Store(d)
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+
+	p := newPen(t, st, quarantine.Options{})
+	e := envelope(t, "a", time.Now().Add(-time.Minute), `{"k":1}`)
+	hold(t, p, e)
+	src := &edge.Source{ID: "a", Sinks: []queue.SinkRef{{Num: 1, ID: "log"}}} // no verifier, no dedupe
+	rel := quarantine.NewRelease(p, func(string) (*edge.Source, bool) { return src, true }, q)
+	until := time.Now().UnixMilli()
+
+	// Step 1: the log confirms, the local fsync fails. The caller sees an
+	// error; the record is carried (in the log, its local rows undone by
+	// the fence), the pen row stays.
+	gate.FailNext(1)
+	moved, _, _, _, err := rel.Release(t.Context(), "", nil, until, 10)
+	if !errors.Is(err, queue.ErrStoreUnavailable) || moved != 0 {
+		t.Fatalf("first step = moved %d, %v; want 0 and store_unavailable", moved, err)
+	}
+	if _, carried := queue.Carried(err); !carried {
+		t.Fatalf("first step's error %v is not a carried record's", err)
+	}
+	testutil.Eventually(t, 10*time.Second, "fence lifted", func() bool {
+		s := q.Stats()
+		return s.Fences >= 1 && !s.Fenced
+	})
+	if _, found, _ := st.LookupHookID(e.ID); found {
+		t.Fatal("the fence left the failed group's id row: the retry below would not be the reviewer's case")
+	}
+
+	// Step 2, the retry, before the reconciler completed the local half.
+	moved, _, _, _, err = rel.Release(t.Context(), "", nil, until, 10)
+	t.Logf("retry before the reconciler: moved %d, err %v", moved, err)
+
+	// The reconciler writes the carried record's local half.
+	q.Reconcile(t.Context())
+	testutil.Eventually(t, 10*time.Second, "pending set drained", func() bool {
+		s, _ := q.Dual()
+		return s.Pending.Records == 0
+	})
+	// Step 3: whatever step 2 did, the job goes on until the pen is empty.
+	if s := release(t, rel, "", nil, until, 10); !s.done {
+		t.Fatalf("third step = %+v", s)
+	}
+	stats(t, p, 0, 0)
+
+	inLog := 0
+	for _, r := range lg.Records() {
+		if r.ID == e.ID {
+			inLog++
+		}
+	}
+	// Every hook of the id delivered and reclaimed: no delivery can follow.
+	testutil.Eventually(t, 10*time.Second, "the released hook delivered and reclaimed", func() bool {
+		n, _ := st.Count([]byte{store.PrefixHook})
+		return n == 0
+	})
+	if got := cs.count(e.ID); got != 1 || inLog != 1 {
+		t.Fatalf("id %s after the release completed: delivered %d times, %d records in the log; want one of each",
+			idOf(e), got, inLog)
+	}
+}
