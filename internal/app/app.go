@@ -82,6 +82,7 @@ type Instance struct {
 	store    *store.Store
 	queue    *queue.Queue
 	disp     *dispatch.Dispatcher
+	pen      *quarantine.Pen
 	targets  map[uint16]dispatch.Target
 	intake   intake.Intake // nil under wal.type: disk
 	metrics  *metrics.Metrics
@@ -317,6 +318,7 @@ func New(cfg *config.Config, o Options) (_ *Instance, err error) {
 	if err != nil {
 		return nil, err
 	}
+	in.pen = pen // boot recovery, which runs later, may delete rows under it (bootIntake)
 	// in.sources is set below, before anything runs; the release reads it late.
 	release := quarantine.NewRelease(pen, func(id string) (*edge.Source, bool) { return in.sources.Get(id) }, q)
 	dc, rc := cfg.Dispatch, cfg.Retry

@@ -4,6 +4,7 @@ package app
 // intake log (in.intake) to take the log down, which no public seam allows.
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -12,7 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/ankusa/ankusa/internal/intake/memory"
+	"github.com/ankusa/ankusa/internal/quarantine"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
 
@@ -120,5 +126,62 @@ func TestDual_IntakeDownIsReportedAndRefused(t *testing.T) {
 	}
 	if got := len(lg.Records()); got != 2 {
 		t.Fatalf("records in the log = %d, want the two acked hooks", got)
+	}
+}
+
+// TestDual_BootRecoveryRecountsThePen: the pen is opened (and counted)
+// before boot recovery runs, and the replay deletes the pen row of a
+// released hook it writes from the log (ack rule 7). The boot recounts the
+// pen then, so a hook that is no longer held is no longer counted against
+// quarantine.max_bytes. The store here holds the hook in the pen, as a
+// backup taken before its release does; the log holds its release.
+func TestDual_BootRecoveryRecountsThePen(t *testing.T) {
+	intakeDir := filepath.Join(t.TempDir(), "intake")
+	cfg := dualNodeConfig(t, intakeDir)
+	st, err := store.Open(store.Options{Dir: filepath.Join(cfg.Node.DataDir, "store"), Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pen, err := quarantine.New(st, quarantine.Options{Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Minute)
+	body := []byte(`{"held":true}`)
+	env := &store.Envelope{ID: id, ReceivedAt: at.UnixNano(), Tenant: "default", Source: "demo",
+		ContentType: "application/json", Body: body, SHA256: sha256.Sum256(body)}
+	if err := pen.Hold(t.Context(), env, "no_match"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The release, committed under dual on the host that was lost.
+	lg, err := memory.Open(memory.Options{Dir: intakeDir, Node: "node-a", Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := testutil.OpenStore(t, filepath.Join(t.TempDir(), "lost"), nil)
+	q := testutil.StartQueue(t, lost, queue.Options{Dual: &queue.DualOptions{Intake: lg, Node: "node-a"}})
+	if _, err := q.Submit(t.Context(), &queue.Record{ID: id, ReceivedAt: at, Tenant: "default", Source: "demo",
+		ContentType: "application/json", Body: body}); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	if err := lg.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	in := startForTest(t, cfg)
+	if v, err := in.store.ReadPen(store.HeldRef(env)); err != nil || v != nil {
+		t.Fatalf("the released hook's pen row after boot recovery: %q, %v; want it gone", v, err)
+	}
+	if n, b := in.pen.Stats(); n != 0 || b != 0 {
+		t.Fatalf("pen Stats() after boot recovery = %d records, %d bytes; want 0, 0", n, b)
 	}
 }

@@ -69,6 +69,10 @@ func dualOptions(cfg *config.Config, in intake.Intake, inc string, obs queue.Dua
 //
 // It returns the hooks the republish left to carry (queue.Summary.Refused),
 // which the boot hands to the queue (Queue.Carry) once it is reloaded.
+//
+// The quarantine pen is open by then (New) and counted its rows; the
+// replay deletes the pen row of every released hook it writes (ack rule
+// 7), so the pen is recounted when it did.
 func (in *Instance) bootIntake(ctx context.Context, replay bool) ([]uint64, error) {
 	origin := queue.OriginExisting
 	switch {
@@ -111,6 +115,11 @@ func (in *Instance) bootIntake(ctx context.Context, replay bool) ([]uint64, erro
 	})
 	if err != nil {
 		return nil, fmt.Errorf("boot recovery: %w", err)
+	}
+	if sum.Unheld > 0 {
+		if err := in.pen.Recount(); err != nil {
+			return nil, fmt.Errorf("boot recovery: %w", err)
+		}
 	}
 	return sum.Refused, nil
 }

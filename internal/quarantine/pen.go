@@ -77,6 +77,11 @@ type Pen struct {
 	buckets *ratelimit.Buckets
 	log     *slog.Logger
 
+	// holds is held shared by every Hold, from its reservation to its
+	// write's answer, and exclusively by Recount, so that a recount never
+	// meets a hold whose bytes are reserved but whose row is not yet
+	// written. Lock order: holds, delMu, mu.
+	holds sync.RWMutex
 	// mu guards the counters. Hold reserves its bytes under mu before it
 	// writes and gives them back if the write fails, so concurrent holds
 	// can never together pass MaxBytes.
@@ -116,22 +121,68 @@ func New(st *store.Store, o Options) (*Pen, error) {
 		buckets: ratelimit.NewBuckets(o.Rate, o.Burst, o.Now),
 		log:     o.Logger.With("component", "quarantine"),
 	}
+	records, bytes, err := p.count(nil)
+	if err != nil {
+		return nil, err
+	}
+	p.records, p.bytes = records, bytes
+	return p, nil
+}
+
+// Recount scans the pen again for its size. The pen's counters follow
+// every row it writes and deletes itself, and the queue's deletes of the
+// rows of released hooks (the release accounts for them); a writer that
+// deletes pen rows on its own must call it after. Boot recovery is the one
+// (ack rule 7, internal/queue: it takes the pen row of a released hook it
+// replays from the intake log), and it runs after the pen is opened, so
+// the boot recounts when its summary says recovery deleted any
+// (queue.Summary.Unheld). Holds, purges and releases wait for it.
+func (p *Pen) Recount() error {
+	p.holds.Lock()
+	defer p.holds.Unlock()
+	p.delMu.Lock()
+	defer p.delMu.Unlock()
+	seen := make(map[store.PenRef]bool, len(p.carried))
+	records, bytes, err := p.count(seen)
+	if err != nil {
+		return err
+	}
+	// A carried row the scan did not find is gone already: its bytes are
+	// not in the new count, so settleCarried must not give them back.
+	for ref := range p.carried {
+		if !seen[ref] {
+			delete(p.carried, ref)
+		}
+	}
+	p.mu.Lock()
+	p.records, p.bytes = records, bytes
+	p.mu.Unlock()
+	return nil
+}
+
+// count scans every pen row for the counters, noting in seen, when given,
+// which carried rows it found. REQUIRES: p.delMu held, or p not yet
+// shared (New).
+func (p *Pen) count(seen map[store.PenRef]bool) (records int, bytes int64, err error) {
 	corrupt := 0
-	err := st.ScanPen(nil, 0, store.PenOpen, func(r store.PenRow) bool {
+	err = p.st.ScanPen(nil, 0, store.PenOpen, func(r store.PenRow) bool {
 		if _, err := parseRow(r.Value); err != nil {
 			corrupt++
 		}
-		p.records++
-		p.bytes += accounted(r.Value)
+		if _, ok := p.carried[r.PenRef]; ok && seen != nil {
+			seen[r.PenRef] = true
+		}
+		records++
+		bytes += accounted(r.Value)
 		return true
 	})
 	if err != nil {
-		return nil, fmt.Errorf("quarantine: scan pen: %w", err)
+		return 0, 0, fmt.Errorf("quarantine: scan pen: %w", err)
 	}
 	if corrupt > 0 {
 		p.log.Warn("pen holds rows that do not parse; purge them", "rows", corrupt)
 	}
-	return p, nil
+	return records, bytes, nil
 }
 
 // Stats returns how many hooks the pen holds and their accounted bytes.
@@ -160,6 +211,8 @@ func (p *Pen) Hold(ctx context.Context, env *store.Envelope, reason string) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	p.holds.RLock()
+	defer p.holds.RUnlock()
 	size := int64(len(env.Body))
 	p.mu.Lock()
 	if p.bytes+size > p.o.MaxBytes {
@@ -187,8 +240,7 @@ func (p *Pen) write(env *store.Envelope, reason string) error {
 		return store.ErrClosed
 	}
 	defer b.Close()
-	ms := time.Unix(0, env.ReceivedAt).UnixMilli()
-	if err := b.PutPen(store.PenRef{ReceivedAtMs: ms, ID: env.ID}, encodeRow(env, reason)); err != nil {
+	if err := b.PutPen(store.HeldRef(env), encodeRow(env, reason)); err != nil {
 		return fmt.Errorf("quarantine: hold: %w", err)
 	}
 	if err := p.st.ApplySync(b); err != nil {

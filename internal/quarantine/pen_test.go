@@ -140,6 +140,33 @@ func TestHoldFull(t *testing.T) {
 	stats(t, p, 2, 1000)
 }
 
+// A row deleted behind the pen's back (boot recovery takes the pen row of a
+// released hook it replays, ack rule 7) stays counted until Recount, which
+// learns the pen's size again; a full pen then takes a hold again.
+func TestRecount(t *testing.T) {
+	st := memStore(t)
+	p := newPen(t, st, quarantine.Options{MaxBytes: 1000})
+	now := time.Now()
+	gone := envelope(t, "a", now, strings.Repeat("a", 600))
+	hold(t, p, gone)
+	hold(t, p, envelope(t, "b", now, strings.Repeat("b", 400)))
+	b := st.NewBatch()
+	defer b.Close()
+	if err := b.DeletePen(store.HeldRef(gone)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+	stats(t, p, 2, 1000)
+	if err := p.Recount(); err != nil {
+		t.Fatal(err)
+	}
+	stats(t, p, 1, 400)
+	hold(t, p, envelope(t, "c", now, strings.Repeat("c", 600)))
+	stats(t, p, 2, 1000)
+}
+
 // listFixture holds six hooks of two sources one second apart:
 // a0 b1 a2 b3 a4 b5, received at base+i s.
 func listFixture(t *testing.T) (*quarantine.Pen, time.Time, []*store.Envelope) {

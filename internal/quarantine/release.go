@@ -46,11 +46,15 @@ const maxExamine = 10_000
 // still be carried to completion (the log confirmed, the local fsync
 // failed): until the reconciler completes it, the queue refuses the id
 // (queue.ErrIntakePending) and the step stops there; complete-local then
-// deletes the pen row with the hook's rows. A hook can be both stored and
-// held only after boot recovery wrote it from the intake log, which knows
-// no pen rows, or when its row was left by a build before ack rule 7: the
-// release finds its id in the store (or the queue answers it as a
-// duplicate) and only deletes the row.
+// deletes the pen row with the hook's rows. Should the local half be lost
+// instead (a crash before complete-local, or a store restored from a
+// backup taken before the release), boot recovery writes the hook from
+// the intake log and deletes the pen row in the same batch: the row's key
+// is the hook's receive time and id (store.HeldRef), which the released
+// record keeps. A hook can be both stored and held only when its row was
+// left by a build before ack rule 7: the release finds its id in the
+// store and only deletes the row, as it does for a hook the queue answers
+// as a duplicate of another holding its dedupe key.
 type Release struct {
 	pen     *Pen
 	sources func(id string) (*edge.Source, bool)
@@ -172,6 +176,13 @@ func (r *Release) releaseOne(ctx context.Context, it item) (released, error) {
 		log.Warn("held hook does not decode; left in the pen", "err", err)
 		return stays, nil
 	}
+	if store.HeldRef(env) != it.ref {
+		// Hold keys every row so: boot recovery finds the row of a hook it
+		// replays by the same derivation (ack rule 7). A row keyed
+		// otherwise is not one Hold wrote.
+		log.Warn("held hook's row is not keyed by its receive time and id; left in the pen")
+		return stays, nil
+	}
 	src, found := r.sources(env.Source)
 	if !found || src == nil {
 		log.Info("held hook's source is not configured; left in the pen", "source", env.Source)
@@ -190,7 +201,7 @@ func (r *Release) releaseOne(ctx context.Context, it item) (released, error) {
 		return stays, fmt.Errorf("quarantine: release: %w", err)
 	}
 	if committed {
-		return stored, nil // written from the intake log by boot recovery, or left by an older build
+		return stored, nil // its row left by a build before ack rule 7
 	}
 	rec := &queue.Record{
 		ID:          env.ID,

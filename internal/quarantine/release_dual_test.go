@@ -144,3 +144,100 @@ func TestRelease_RetriedAfterACarriedCommitUnderDualCommitsOnce(t *testing.T) {
 			idOf(e), got, inLog)
 	}
 }
+
+// A hook released under wal.type: dual is in the intake log, and the
+// store that held it is lost: the node is restored from a backup taken
+// before the release, in which the hook is still held. Boot recovery
+// replays the released record into that store, and dispatch delivers and
+// reclaims it (retention.delivered: 0). The release job then runs its
+// next step over the restored pen. The hook must not be committed a
+// second time (ack rule 7): recovery writes the hook and takes its pen
+// row in one batch, so the step finds nothing to release. One hook, one
+// record in the log, one delivery.
+func TestRelease_AfterBootRecoveryReplayedTheReleaseCommitsOnce(t *testing.T) {
+	src := &edge.Source{ID: "a", Sinks: []queue.SinkRef{{Num: 1, ID: "log"}}} // no verifier, no dedupe
+	sources := func(string) (*edge.Source, bool) { return src, true }
+	dual := func(lg *memory.Log) *queue.DualOptions {
+		return &queue.DualOptions{Intake: lg, Node: "node-a", PublishTimeout: 5 * time.Second, Probe: time.Hour}
+	}
+	lg, err := memory.Open(memory.Options{Dir: filepath.Join(t.TempDir(), "intake"), Node: "node-a", Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lg.Close() })
+
+	// The lost host: the hook is held, a backup is taken, then it is released.
+	lost := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	q := testutil.StartQueue(t, lost, queue.Options{Dual: dual(lg)})
+	p := newPen(t, lost, quarantine.Options{})
+	e := envelope(t, "a", time.Now().Add(-time.Minute), `{"k":1}`)
+	hold(t, p, e)
+	backupDir := filepath.Join(t.TempDir(), "backup")
+	if err := lost.Checkpoint(backupDir); err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().UnixMilli()
+	if s := release(t, quarantine.NewRelease(p, sources, q), "", nil, until, 10); s.moved != 1 || !s.done {
+		t.Fatalf("release on the lost host = %+v, want one moved", s)
+	}
+	q.Close()
+
+	// The replacement: the backup restored, boot recovery replays the log.
+	st := testutil.OpenStore(t, backupDir, nil)
+	route := func(string) (queue.Route, bool) { return queue.Route{Sinks: src.Sinks}, true }
+	sum, err := queue.RecoverNode(t.Context(), st, queue.NodeOptions{Replay: true, RecoverOptions: queue.RecoverOptions{
+		Intake: lg, Node: "node-a", Origin: queue.OriginRestored, Resolve: route, Logger: testutil.Logger(t),
+	}})
+	if err != nil || sum.Applied != 1 {
+		t.Fatalf("boot recovery: %s, %v; want the released hook applied", sum, err)
+	}
+	var disp atomic.Pointer[dispatch.Dispatcher]
+	q = testutil.StartQueue(t, st, queue.Options{
+		Dual: dual(lg),
+		OnDurable: func() {
+			if d := disp.Load(); d != nil {
+				d.Wake()
+			}
+		},
+	})
+	cs := &countingSink{byID: map[[16]byte]int{}}
+	d := dispatch.New(st, dispatch.Options{
+		Targets:   map[uint16]dispatch.Target{1: {ID: "log", Sink: cs}},
+		Durable:   q.Durable,
+		OnReclaim: q.Reclaimed,
+		Poll:      20 * time.Millisecond,
+		Logger:    testutil.Logger(t),
+	})
+	disp.Store(d)
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	delivered := func() {
+		t.Helper()
+		testutil.Eventually(t, 10*time.Second, "every hook delivered and reclaimed", func() bool {
+			n, _ := st.Count([]byte{store.PrefixHook})
+			return n == 0
+		})
+	}
+	delivered()
+	if got := cs.count(e.ID); got != 1 {
+		t.Fatalf("the replayed hook was delivered %d times, want once", got)
+	}
+
+	// The release job's next step, over the restored pen.
+	p = newPen(t, st, quarantine.Options{})
+	s := release(t, quarantine.NewRelease(p, sources, q), "", nil, until, 10)
+	delivered()
+	inLog := 0
+	for _, r := range lg.Records() {
+		if r.ID == e.ID {
+			inLog++
+		}
+	}
+	if got := cs.count(e.ID); got != 1 || inLog != 1 {
+		t.Fatalf("id %s after boot recovery and a release step (moved %d): delivered %d times, %d records in the log; want one of each",
+			idOf(e), s.moved, got, inLog)
+	}
+	stats(t, p, 0, 0)
+}

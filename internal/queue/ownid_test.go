@@ -7,6 +7,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,5 +163,71 @@ func TestDual_RecordWithItsOwnIDIsRefusedWhileCarried(t *testing.T) {
 	}
 	if n := e.inLog(r.ID); n != 1 {
 		t.Fatalf("%d records of the id in the log, want 1", n)
+	}
+}
+
+// Boot recovery writes a released hook from its log record, which names no
+// pen row; the hook's envelope does (store.HeldRef), and the replay takes
+// the row in the chunk that writes the hook, re-sequenced or not. The
+// store here is a replacement restored from a backup taken before the
+// release: the row is held, the log holds the released record and a plain
+// hook.
+func TestRecovery_ReplayTakesThePenRowOfAReleasedHook(t *testing.T) {
+	for _, collide := range []bool{false, true} {
+		name := "at its seq"
+		if collide {
+			name = "re-sequenced after a collision"
+		}
+		t.Run(name, func(t *testing.T) {
+			lg := openLog(t, t.TempDir())
+			lost := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+			lq := testutil.StartQueue(t, lost, queue.Options{Dual: &queue.DualOptions{Intake: lg, Node: "node-a"}})
+			r := released(t, lost, "held")
+			first, err := lq.Submit(context.Background(), r)
+			if err != nil || first.Seq != 1 {
+				t.Fatalf("release = %+v %v, want seq 1", first, err)
+			}
+			if _, err := lq.Submit(context.Background(), rec("plain", "")); err != nil {
+				t.Fatal(err)
+			}
+			lq.Close()
+
+			st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+			if collide { // another hook at seq 1
+				q := testutil.StartQueue(t, st, queue.Options{})
+				if s, err := q.Submit(context.Background(), rec("local", "")); err != nil || s.Seq != 1 {
+					t.Fatalf("local hook: %+v %v", s, err)
+				}
+				q.Close()
+			}
+			b := st.NewBatch()
+			defer b.Close()
+			if err := b.PutPen(r.Held.PenRef, r.Held.Value); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.ApplySync(b); err != nil {
+				t.Fatal(err)
+			}
+
+			dry, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.DryRun = true })
+			if err != nil || dry.Unheld != 1 || !held(t, st, r) {
+				t.Fatalf("dry run: %s %v, pen row held %v; want unheld=1 and the row left", dry, err, held(t, st, r))
+			}
+			sum, err := recoverInto(t, st, lg, nil)
+			if err != nil || sum.Applied != 2 || sum.Unheld != 1 || (sum.Collided == 1) != collide {
+				t.Fatalf("recovery: %s %v, want applied=2 unheld=1 (collided=1: %v)", sum, err, collide)
+			}
+			if held(t, st, r) || hooksWithID(t, st, r.ID) != 1 {
+				t.Fatalf("after recovery: pen row held %v, %d hooks hold the id; want no row and one hook",
+					held(t, st, r), hooksWithID(t, st, r.ID))
+			}
+			if !strings.Contains(sum.String(), "unheld=1") {
+				t.Fatalf("summary %q does not say unheld=1", sum)
+			}
+			again, err := recoverInto(t, st, lg, func(o *queue.RecoverOptions) { o.Origin = queue.OriginExisting })
+			if err != nil || again.Applied != 0 || again.Unheld != 0 {
+				t.Fatalf("a further run: %s %v, want nothing applied or unheld", again, err)
+			}
+		})
 	}
 }

@@ -35,12 +35,17 @@
 //     (writer.idTaken). (b) The pen row it is released from (Record.Held)
 //     is deleted in the batch that writes its hook's rows, by the writer
 //     and by complete-local, and put back by the fence that undoes that
-//     batch (writer.putHook, fence step 3). So a retried release never
-//     finds the pen row of a hook that is committed or being carried to
-//     it; the id row alone is no such proof, as the hook's reclaim
-//     deletes it. The one exception: boot recovery writes a carried hook
-//     from the log, which knows no pen rows; a release then finds the id
-//     stored and deletes the row, unless the hook was reclaimed first.
+//     batch (writer.putHook, fence step 3). Boot recovery, which writes a
+//     hook from its log record (naming no pen row), deletes the row its
+//     envelope names in the chunk that writes the hook: a released hook
+//     keeps the id and receive time it was held under, the pen row's key
+//     (store.HeldRef; applier.write), and the boot recounts the open pen
+//     (Summary.Unheld). So every writer of a hook's rows takes its pen
+//     row with them, and a retried release never finds the pen row of a
+//     hook that is committed or being carried to it, whether its local
+//     half was written by the commit, complete-local or the replay after
+//     a crash or a restore; the id row alone is no such proof, as the
+//     hook's reclaim deletes it.
 package queue
 
 import (

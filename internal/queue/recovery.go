@@ -86,11 +86,15 @@ type Summary struct {
 	// queue (Queue.Carry) to be retried as stuck records — never a reason
 	// not to boot. The last attempt's.
 	Refused []uint64
+	// Unheld counts the quarantine pen rows the replay deleted with the
+	// released hooks it wrote (ack rule 7; applier.write). A caller whose
+	// pen is open (the boot's) recounts it when this is not zero.
+	Unheld int
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("records=%d applied=%d present=%d collided=%d unroutable=%d republished=%d refused=%d",
-		s.Records, s.Applied, s.Present, s.Collided, s.Unroutable, s.Republished, len(s.Refused))
+	return fmt.Sprintf("records=%d applied=%d present=%d collided=%d unroutable=%d republished=%d refused=%d unheld=%d",
+		s.Records, s.Applied, s.Present, s.Collided, s.Unroutable, s.Republished, len(s.Refused), s.Unheld)
 }
 
 // NodeOptions configure RecoverNode: the replay's own options plus what
@@ -259,6 +263,7 @@ func addSummary(a, b Summary) Summary {
 	b.Collided += a.Collided
 	b.Unroutable += a.Unroutable
 	b.Republished += a.Republished
+	b.Unheld += a.Unheld
 	return b
 }
 

@@ -283,7 +283,9 @@ func (a *applier) flush() error {
 			a.aside[env.ID] = true
 			continue
 		}
-		a.write(b, env, seq)
+		if err := a.write(b, env, seq); err != nil {
+			return err
+		}
 		inChunk[seq] = env.ID
 		ids[env.ID] = true
 	}
@@ -309,7 +311,9 @@ func (a *applier) flushCollided() error {
 			a.sum.Present++
 			continue
 		}
-		a.write(b, env, a.next)
+		if err := a.write(b, env, a.next); err != nil {
+			return err
+		}
 	}
 	a.collided = nil
 	return a.commit(b)
@@ -325,8 +329,32 @@ func (a *applier) stored(id [16]byte) (bool, error) {
 	return has, nil
 }
 
-// write adds one hook under seq to b.
-func (a *applier) write(b *store.Batch, env *store.Envelope, seq uint64) {
+// write adds one hook under seq to b, and the delete of the pen row it
+// was released from, if the store still holds one (ack rule 7).
+//
+// A record names no pen row, but a released hook keeps the id and receive
+// time it was held under, so its envelope names the row
+// (store.HeldRef). The row is there when the release's local half was lost
+// after the log confirmed it: a carried commit and then a crash (the fence
+// had put the row back), or a store restored from a backup taken before
+// the release. Left there, the release's next step would commit the hook
+// again once this one was delivered and reclaimed (the id row it looks for
+// is then gone): one id, two deliveries. A point read first, then a delete
+// only of a row that exists: almost no replayed hook was ever held, and a
+// blind delete would leave a tombstone per replayed hook for every pen
+// scan to step over until a compaction. The read costs one Get per
+// replayed hook, at boot only, beside the id and seq reads flush makes for
+// it already.
+func (a *applier) write(b *store.Batch, env *store.Envelope, seq uint64) error {
+	ref := store.HeldRef(env)
+	held, err := a.st.ReadPen(ref)
+	if err != nil {
+		return fmt.Errorf("read the pen row of hook %x: %w", env.ID, err)
+	}
+	if held != nil {
+		_ = b.DeletePen(ref) // a dead batch fails the chunk's apply
+		a.sum.Unheld++
+	}
 	route, ok := a.o.Resolve(env.Source)
 	if !ok {
 		a.sum.Unroutable++
@@ -349,6 +377,7 @@ func (a *applier) write(b *store.Batch, env *store.Envelope, seq uint64) {
 		a.replayed = map[uint64]bool{}
 	}
 	a.replayed[seq] = true
+	return nil
 }
 
 // commit applies one chunk's batch with the offset advanced in it, to the

@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"math"
+	"time"
 )
 
 // API-managed sources (s + id → the sources package's JSON record). The
@@ -47,6 +48,15 @@ func (s *Store) ScanRateOverrides(fn func(tenant string, v []byte) bool) error {
 type PenRef struct {
 	ReceivedAtMs int64
 	ID           [16]byte
+}
+
+// HeldRef is the pen row a hook with envelope env is held under: its
+// receive time in ms and its id. A released hook keeps both (its record
+// carries the held hook's id and receive time), so every writer of a hook
+// knows the row it was released from, even from an intake-log record,
+// which names no pen row (ack rule 7, internal/queue).
+func HeldRef(env *Envelope) PenRef {
+	return PenRef{ReceivedAtMs: time.Unix(0, env.ReceivedAt).UnixMilli(), ID: env.ID}
 }
 
 // Cursor is the row's position in the pen, for ScanPen's after (a release
