@@ -93,10 +93,11 @@ type Pen struct {
 	// commit, whose batch deletes the row): a deleter reads the rows it
 	// removes under it, so no row's bytes are given back twice.
 	delMu sync.Mutex
-	// carried are rows whose release the queue carries: the queue deletes
-	// each with its hook's rows, later; their bytes are given back then
-	// (settleCarried). REQUIRES: delMu held.
-	carried map[store.PenRef]int64
+	// unsettled are rows whose release commit may still take them (carried
+	// under dual, or not answered before the step's ctx ended): the queue
+	// deletes each with its hook's rows, later; their bytes are given back
+	// then (settle). REQUIRES: delMu held.
+	unsettled map[store.PenRef]int64
 }
 
 // New opens the pen over st and scans it once for its current size.
@@ -142,16 +143,16 @@ func (p *Pen) Recount() error {
 	defer p.holds.Unlock()
 	p.delMu.Lock()
 	defer p.delMu.Unlock()
-	seen := make(map[store.PenRef]bool, len(p.carried))
+	seen := make(map[store.PenRef]bool, len(p.unsettled))
 	records, bytes, err := p.count(seen)
 	if err != nil {
 		return err
 	}
-	// A carried row the scan did not find is gone already: its bytes are
-	// not in the new count, so settleCarried must not give them back.
-	for ref := range p.carried {
+	// An unsettled row the scan did not find is gone already: its bytes are
+	// not in the new count, so settle must not give them back.
+	for ref := range p.unsettled {
 		if !seen[ref] {
-			delete(p.carried, ref)
+			delete(p.unsettled, ref)
 		}
 	}
 	p.mu.Lock()
@@ -161,7 +162,7 @@ func (p *Pen) Recount() error {
 }
 
 // count scans every pen row for the counters, noting in seen, when given,
-// which carried rows it found. REQUIRES: p.delMu held, or p not yet
+// which unsettled rows it found. REQUIRES: p.delMu held, or p not yet
 // shared (New).
 func (p *Pen) count(seen map[store.PenRef]bool) (records int, bytes int64, err error) {
 	corrupt := 0
@@ -169,7 +170,7 @@ func (p *Pen) count(seen map[store.PenRef]bool) (records int, bytes int64, err e
 		if _, err := parseRow(r.Value); err != nil {
 			corrupt++
 		}
-		if _, ok := p.carried[r.PenRef]; ok && seen != nil {
+		if _, ok := p.unsettled[r.PenRef]; ok && seen != nil {
 			seen[r.PenRef] = true
 		}
 		records++
@@ -371,7 +372,7 @@ func (p *Pen) Purge(f PurgeFilter) (int, error) {
 			}
 		}
 		_ = b.DeletePen(row.PenRef)
-		delete(p.carried, row.PenRef) // its bytes are given back here
+		delete(p.unsettled, row.PenRef) // its bytes are given back here
 		n++
 		freed += accounted(row.Value)
 		return true

@@ -20,6 +20,14 @@ type Submitter interface {
 	Submit(ctx context.Context, rec *queue.Record) (queue.Result, error)
 }
 
+// Confirmer is a Submitter that can tell whether a record it took is
+// still unconfirmed (the queue under wal.type: dual: in flight or carried
+// in the pending set, queue.Queue.Unconfirmed). The release gives back a
+// pen row's bytes only once the row is gone and its hook confirmed (R1).
+type Confirmer interface {
+	Unconfirmed(id [16]byte) bool
+}
+
 // maxExamine bounds the rows one step passes over, so a job filtered to one
 // source cannot spend a step scanning a pen full of other sources' rows.
 const maxExamine = 10_000
@@ -112,11 +120,12 @@ func (r *Release) Release(ctx context.Context, sourceID string, cursor []byte, u
 		return 0, 0, nil, false, fmt.Errorf("quarantine: release scan: %w", serr)
 	}
 
-	if serr := r.pen.settleCarried(); serr != nil {
+	settled, serr := r.pen.settle(r.confirmer())
+	if serr != nil {
 		return 0, 0, nil, false, fmt.Errorf("quarantine: release: %w", serr)
 	}
 	var remove []store.PenRef // committed, their rows still in the pen
-	gone := 0                 // committed now, their rows gone with the commit
+	gone := settled           // committed, their rows gone with the commit
 	for _, it := range items {
 		if it.val != nil {
 			how, rerr := r.releaseOne(ctx, it)
@@ -131,14 +140,17 @@ func (r *Release) Release(ctx context.Context, sourceID string, cursor []byte, u
 				remove = append(remove, it.ref)
 			case taken:
 				gone++
+			case purged:
 			}
 		}
 		next = it.ref.Cursor()
 	}
 	if len(remove) > 0 {
 		if _, derr := r.pen.remove(remove); derr != nil {
-			// The hooks are committed but still held: the next step finds
-			// their ids in the store and only deletes the rows.
+			// The hooks are committed (or duplicates of committed ones) but
+			// still held: the next step finds their ids in the store, or the
+			// queue answers them as duplicates again, and only deletes the
+			// rows.
 			return gone, 0, nil, false, fmt.Errorf("quarantine: release delete: %w", derr)
 		}
 	}
@@ -160,6 +172,8 @@ const (
 	stored
 	// taken: committed now; its pen row went in the commit's batch.
 	taken
+	// purged: its row was purged after the step's scan: not committed.
+	purged
 )
 
 // releaseOne re-verifies and commits one held hook. An error means the
@@ -217,23 +231,52 @@ func (r *Release) releaseOne(ctx context.Context, it item) (released, error) {
 	if k := src.Dedupe.Key(h, env.Body); k != "" {
 		rec.DedupeKey, rec.DedupeTTL = k, src.Dedupe.TTL()
 	}
-	// Under delMu: a purge must not delete the row the commit takes, or
-	// both would give its bytes back.
+	// R1: a pen row's bytes are given back once, by whoever saw it go.
+	// Under delMu, so that no purge runs between the row's check and the
+	// commit that takes it: a row purged after the scan is not committed
+	// (the operator's purge wins), and a purge never deletes a row a
+	// commit takes too (both would give its bytes back).
 	r.pen.delMu.Lock()
 	defer r.pen.delMu.Unlock()
+	if v, err := r.pen.st.ReadPen(it.ref); err != nil {
+		return stays, fmt.Errorf("quarantine: release: %w", err)
+	} else if v == nil {
+		return purged, nil
+	}
 	res, err := r.q.Submit(ctx, rec)
-	if err != nil {
-		if _, carried := queue.Carried(err); carried {
-			// The queue completes it, and deletes the pen row then.
-			r.pen.carriedLocked(it.ref, accounted(it.val))
-		}
+	cid, carried := queue.Carried(err)
+	carried = carried && cid == it.ref.ID // another hook's answer (this one its dedupe duplicate) took no row
+	switch {
+	case carried && !errors.Is(err, queue.ErrStoreUnavailable):
+		// Under dual the local half is in (the row went with it) and the
+		// log half failed: the reconciler publishes it. The release has
+		// succeeded (ADR: a release's log half that fails is carried).
+		delete(r.pen.unsettled, it.ref)
+		r.pen.forget(1, accounted(it.val))
+		return taken, nil
+	case carried, errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// Carried with the local half failed (the fence puts the row back
+		// and the reconciler's complete-local takes it), or not answered
+		// (the commit may still land, the row with it): the row may go
+		// later, and is settled then (Pen.settle).
+		r.pen.unsettledLocked(it.ref, accounted(it.val))
+		return stays, fmt.Errorf("quarantine: release commit: %w", err)
+	case err != nil:
 		return stays, fmt.Errorf("quarantine: release commit: %w", err)
 	}
 	if res.Duplicate {
 		return stored, nil // a hook already holds its id or dedupe key: no row was taken
 	}
+	delete(r.pen.unsettled, it.ref)
 	r.pen.forget(1, accounted(it.val))
 	return taken, nil
+}
+
+// confirmer is the Submitter's Confirmer, nil if it has none (its answers
+// are final).
+func (r *Release) confirmer() Confirmer {
+	c, _ := r.q.(Confirmer)
+	return c
 }
 
 // httpHeader rebuilds a request's header from the stored (lower-case)
@@ -247,34 +290,39 @@ func httpHeader(hs []store.Header) http.Header {
 	return h
 }
 
-// carriedLocked notes a released hook the queue carries (its commit was
-// answered 503 but the record is completed, its pen row deleted with its
-// hook's rows, now or once the reconciler wrote them), so that the row's
-// bytes are given back once it is gone (settleCarried). REQUIRES: p.delMu
-// held.
-func (p *Pen) carriedLocked(ref store.PenRef, bytes int64) {
-	if p.carried == nil {
-		p.carried = make(map[store.PenRef]int64)
+// unsettledLocked notes a released hook whose commit may still take its
+// pen row (carried, or not answered in time), so that the row's bytes are
+// given back once it is gone (settle). REQUIRES: p.delMu held.
+func (p *Pen) unsettledLocked(ref store.PenRef, bytes int64) {
+	if p.unsettled == nil {
+		p.unsettled = make(map[store.PenRef]int64)
 	}
-	p.carried[ref] = bytes
+	p.unsettled[ref] = bytes
 }
 
-// settleCarried gives back the bytes of the carried rows the queue has
-// deleted since.
-func (p *Pen) settleCarried() error {
+// settle gives back the bytes of the unsettled rows the queue has deleted
+// since, and returns how many: they are committed. A row counts as gone
+// only once c (if any) no longer holds its hook unconfirmed: until then a
+// fence may still put it back (a carried record's failed local half).
+func (p *Pen) settle(c Confirmer) (int, error) {
 	p.delMu.Lock()
 	defer p.delMu.Unlock()
-	for ref, bytes := range p.carried {
+	n := 0
+	for ref, bytes := range p.unsettled {
+		if c != nil && c.Unconfirmed(ref.ID) {
+			continue
+		}
 		v, err := p.st.ReadPen(ref)
 		if err != nil {
-			return err
+			return n, err
 		}
 		if v == nil {
-			delete(p.carried, ref)
+			delete(p.unsettled, ref)
 			p.forget(1, bytes)
+			n++
 		}
 	}
-	return nil
+	return n, nil
 }
 
 // remove deletes the given rows that still exist, in one synced batch, and
@@ -298,6 +346,7 @@ func (p *Pen) remove(refs []store.PenRef) (int, error) {
 			continue // purged meanwhile
 		}
 		_ = b.DeletePen(ref)
+		delete(p.unsettled, ref) // given back here (R1)
 		n++
 		freed += accounted(v)
 	}

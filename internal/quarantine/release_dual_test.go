@@ -114,7 +114,9 @@ func TestRelease_RetriedAfterACarriedCommitUnderDualCommitsOnce(t *testing.T) {
 
 	// Step 2, the retry, before the reconciler completed the local half.
 	moved, _, _, _, err = rel.Release(t.Context(), "", nil, until, 10)
-	t.Logf("retry before the reconciler: moved %d, err %v", moved, err)
+	if !errors.Is(err, queue.ErrIntakePending) || moved != 0 {
+		t.Fatalf("retry before the reconciler: moved %d, err %v; want it refused intake_pending (ack rule 7)", moved, err)
+	}
 
 	// The reconciler writes the carried record's local half.
 	q.Reconcile(t.Context())

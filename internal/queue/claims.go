@@ -48,6 +48,14 @@ func Carried(err error) ([16]byte, bool) {
 	return [16]byte{}, false
 }
 
+// Unconfirmed reports whether a record with hook id id is in the pending
+// set under dual: in flight, or carried with one half still to complete
+// (ack rule 7). Always false under disk, where an answer is final.
+func (q *Queue) Unconfirmed(id [16]byte) bool {
+	d := q.writer.dual
+	return d != nil && d.pending.hasID(id)
+}
+
 // Hold gives the queue the claim of a carried record (invariant 2: false
 // means the record already completed and the caller must promote).
 func (q *Queue) Hold(id [16]byte, h ClaimHolder) bool {

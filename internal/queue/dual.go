@@ -69,7 +69,7 @@ type DualOptions struct {
 // DualObserver receives the dual commit's measurements; must not block.
 type DualObserver interface {
 	IntakePublish(d time.Duration, class string) // "ok" or an intake.Class name
-	IntakeRefused(reason string)                 // breaker | backlog | pending_dedupe | record_too_large
+	IntakeRefused(reason string)                 // breaker | backlog | pending_dedupe | pending_id | record_too_large
 	IntakeReconciled(half string)                // local | log
 }
 

@@ -29,8 +29,10 @@ type localRequest struct {
 // completeLocal writes the local half of carried records whose local write
 // failed (ADR section 7, :half_log): a point read first — the row may have
 // landed after all — then the held ops in one synced batch. Runs on the
-// writer goroutine, so it is ordered after any fence cleanup that removed
-// the failed group's rows.
+// writer goroutine, so it never interleaves with a fence cleanup. It may
+// run before the fence of a failed fsync begins (the syncer answers the
+// callers before the writer is told): the store then refuses the write
+// (fenced until reopened), and the reconciler tries again later.
 func (w *writer) completeLocal(es []*pendingEntry) error {
 	if w.fenced.Load() {
 		return ErrStoreUnavailable

@@ -385,8 +385,9 @@ func (a *applier) write(b *store.Batch, env *store.Envelope, seq uint64) error {
 //
 // I4: the offset never passes a record set aside as a collision. Until
 // flushCollided writes them it stays just below the first (hold, which is
-// -1 when that record is at position 0: every reader of the row takes -1
-// as no position held), so a run that fails before then (I2) reads them
+// -1 when that record is at position 0: the replay then starts from the
+// log's beginning, as with no offset; only the truncation check reads the
+// stored -1 as an offset, which makes it stricter), so a run that fails before then (I2) reads them
 // again: they are in no row yet, and an offset past them would lose them.
 // flushCollided's commit moves it to the last record replayed, not back
 // to the last collided one.

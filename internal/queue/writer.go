@@ -464,6 +464,7 @@ func (w *writer) idTaken(g *commitGroup, it *item) bool {
 		return true
 	}
 	if g.dual && w.dual.pending.hasID(it.id) {
+		w.dual.obs.IntakeRefused("pending_id")
 		w.b.answer(it, outcome{err: fmt.Errorf("%w: hook id %x is not yet confirmed in both places", ErrIntakePending, it.id)})
 		return true
 	}

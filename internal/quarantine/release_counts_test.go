@@ -1,0 +1,183 @@
+package quarantine_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/ankusa/ankusa/internal/dedupe"
+	"github.com/ankusa/ankusa/internal/edge"
+	"github.com/ankusa/ankusa/internal/intake"
+	"github.com/ankusa/ankusa/internal/intake/memory"
+	"github.com/ankusa/ankusa/internal/quarantine"
+	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
+)
+
+// The tests of R1 (release.go): a pen row's bytes are given back once, by
+// whoever saw it go, so the pen's counters (GET /v1/quarantine's totals,
+// and the budget quarantine.max_bytes admits new holds against) always
+// equal its rows, and a release job counts every hook it committed once.
+// Each case was found by a review of ack rule 7's change, which moved the
+// pen row's delete into the commit's batch.
+
+// penAgrees fails t unless the pen's counters equal a walk of its rows.
+func penAgrees(t *testing.T, p *quarantine.Pen) {
+	t.Helper()
+	_, hs, err := p.List(quarantine.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := p.Stats(); r != len(hs) {
+		t.Fatalf("the pen counts %d records and holds %d rows", r, len(hs))
+	}
+	if len(hs) == 0 {
+		stats(t, p, 0, 0)
+	}
+}
+
+// A purge that lands after a step's scan, before its commit: the purge
+// wins (the hook is not committed) and the row is given back once.
+func TestRelease_APurgeAfterTheScanWins(t *testing.T) {
+	st := memStore(t)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	p := newPen(t, st, quarantine.Options{})
+	e := envelope(t, "a", time.Now().Add(-time.Minute), `{"k":1}`)
+	hold(t, p, e)
+	src := &edge.Source{ID: "a", Sinks: []queue.SinkRef{{Num: 1, ID: "log"}}}
+	purged := false
+	// The sources lookup runs between the scan and the commit: the
+	// operator's DELETE /v1/quarantine lands there.
+	rel := quarantine.NewRelease(p, func(string) (*edge.Source, bool) {
+		if !purged {
+			purged = true
+			if n, err := p.Purge(quarantine.PurgeFilter{ID: e.ID}); err != nil || n != 1 {
+				t.Fatalf("purge = %d, %v", n, err)
+			}
+		}
+		return src, true
+	}, q)
+	s := release(t, rel, "", nil, time.Now().UnixMilli(), 10)
+	if s.moved != 0 {
+		t.Fatalf("step = %+v, want nothing moved", s)
+	}
+	if n, _ := st.Count([]byte{store.PrefixHook}); n != 0 {
+		t.Fatalf("%d hooks committed, want 0: the purged hook was released", n)
+	}
+	penAgrees(t, p)
+}
+
+// lateQueue commits a record but answers as if the caller's ctx had ended
+// first: what Submit does when the step's timeout ends while the commit
+// goes on.
+type lateQueue struct{ q *queue.Queue }
+
+func (l lateQueue) Submit(_ context.Context, rec *queue.Record) (queue.Result, error) {
+	_, _ = l.q.Submit(context.Background(), rec)
+	return queue.Result{}, context.DeadlineExceeded
+}
+
+// A commit the step stopped waiting for, that landed: the next step sees
+// the row gone, gives its bytes back and counts the hook moved.
+func TestRelease_ACommitAnsweredTooLateIsSettledByTheNextStep(t *testing.T) {
+	st := memStore(t)
+	q := testutil.StartQueue(t, st, queue.Options{})
+	p := newPen(t, st, quarantine.Options{})
+	hold(t, p, envelope(t, "a", time.Now().Add(-time.Minute), `{"k":1}`))
+	src := &edge.Source{ID: "a", Sinks: []queue.SinkRef{{Num: 1, ID: "log"}}}
+	rel := quarantine.NewRelease(p, func(string) (*edge.Source, bool) { return src, true }, lateQueue{q})
+	until := time.Now().UnixMilli()
+	if m, _, _, _, err := rel.Release(t.Context(), "", nil, until, 10); err == nil || m != 0 {
+		t.Fatalf("first step = %d moved, %v; want the timeout", m, err)
+	}
+	s := release(t, rel, "", nil, until, 10)
+	if s.moved != 1 {
+		t.Fatalf("second step = %+v, want the late commit counted moved", s)
+	}
+	penAgrees(t, p)
+}
+
+// dualQueue is a dual queue over a memory log whose reconciler runs only
+// when the test says.
+func dualQueue(t *testing.T, fs vfs.FS, maxDelay time.Duration) (*store.Store, *memory.Log, *queue.Queue) {
+	t.Helper()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), fs)
+	lg, err := memory.Open(memory.Options{Dir: filepath.Join(t.TempDir(), "intake"), Node: "node-a", Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lg.Close() })
+	q := testutil.StartQueue(t, st, queue.Options{MaxDelay: maxDelay, MaxBatch: 64, Dual: &queue.DualOptions{
+		Intake: lg, Node: "node-a", PublishTimeout: 500 * time.Millisecond, BreakerFailures: 3, Probe: time.Hour, ReconcileEvery: -1}})
+	return st, lg, q
+}
+
+// Under dual, a release whose local half is in and whose log half failed
+// has succeeded (the reconciler publishes it): counted moved at once, its
+// row given back once.
+func TestRelease_UnderDualALogHalfThatFailedIsAMove(t *testing.T) {
+	st, lg, q := dualQueue(t, nil, 0)
+	p := newPen(t, st, quarantine.Options{})
+	hold(t, p, envelope(t, "a", time.Now().Add(-time.Minute), `{"k":1}`))
+	src := &edge.Source{ID: "a", Sinks: []queue.SinkRef{{Num: 1, ID: "log"}}}
+	rel := quarantine.NewRelease(p, func(string) (*edge.Source, bool) { return src, true }, q)
+	lg.FailNext(1, intake.Unavailable)
+	total := 0
+	for range 3 {
+		total += release(t, rel, "", nil, time.Now().UnixMilli(), 10).moved
+		penAgrees(t, p)
+	}
+	if total != 1 {
+		t.Fatalf("the job counted %d moved, want 1", total)
+	}
+	if n, _ := st.Count([]byte{store.PrefixHook}); n != 1 {
+		t.Fatalf("%d hooks, want 1", n)
+	}
+}
+
+// Under dual, a released hook that is the dedupe duplicate of an ordinary
+// hook in the same group, the group carried (local fsync failed, log
+// confirmed): the carried answer names the ordinary hook, which took no
+// pen row. The row is deleted once, as a duplicate's, after the
+// reconciler completed the original.
+func TestRelease_UnderDualAnotherHooksCarriedAnswerTakesNoRow(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st, _, q := dualQueue(t, gate.Wrap(vfs.Default), 300*time.Millisecond)
+	t.Cleanup(gate.ReleaseAll)
+	p := newPen(t, st, quarantine.Options{})
+	e := envelope(t, "a", time.Now().Add(-time.Minute), `{"k":"K1"}`)
+	hold(t, p, e)
+	src := &edge.Source{ID: "a", Sinks: []queue.SinkRef{{Num: 1, ID: "log"}},
+		Dedupe: dedupe.New(&dedupe.Options{JSON: "k", TTL: time.Hour})}
+	rel := quarantine.NewRelease(p, func(string) (*edge.Source, bool) { return src, true }, q)
+	until := time.Now().UnixMilli()
+
+	gate.FailNext(1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := q.Submit(context.Background(), &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "a",
+			Body: []byte(`{"k":"K1"}`), DedupeKey: "K1", DedupeTTL: time.Hour, Sinks: src.Sinks})
+		done <- err
+	}()
+	// The ordinary hook waits in the batcher (max delay 300 ms) when the
+	// release's record joins it: one group, the ordinary hook first.
+	testutil.Eventually(t, 5*time.Second, "the ordinary hook queued", func() bool { return q.Stats().Queued == 1 })
+	_, _, _, _, err := rel.Release(t.Context(), "", nil, until, 10)
+	if _, carried := queue.Carried(err); !carried {
+		t.Fatalf("release = %v, want a carried answer", err)
+	}
+	if err := testutil.Receive(t, done, "no answer for the ordinary hook"); err == nil {
+		t.Fatal("the ordinary hook was acked though its local fsync failed")
+	}
+	testutil.Eventually(t, 10*time.Second, "the fence lifted", func() bool { s := q.Stats(); return s.Fences >= 1 && !s.Fenced })
+	q.Reconcile(t.Context())
+	for range 3 {
+		_, _, _, _, _ = rel.Release(t.Context(), "", nil, until, 10)
+		penAgrees(t, p)
+	}
+	stats(t, p, 0, 0)
+}
