@@ -314,6 +314,7 @@ func New(cfg *config.Config, o Options) (_ *Instance, err error) {
 	in.queue = q
 	pen, err := quarantine.New(st, quarantine.Options{
 		MaxBytes: cfg.Quarantine.MaxBytes, Rate: cfg.Quarantine.Rate, Burst: cfg.Quarantine.Burst, Logger: o.Logger,
+		OnStoreFailure: q.ReportStoreFailure,
 	})
 	if err != nil {
 		return nil, err

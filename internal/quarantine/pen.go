@@ -68,6 +68,13 @@ type Options struct {
 	// Now is the buckets' clock; nil means time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
+	// OnStoreFailure, if set, is told of every synced write of the pen's
+	// that fails (the queue's ReportStoreFailure): the store refuses every
+	// write until it is reopened, and the pen writes outside the commit
+	// path, whose failures alone would fence it. Without it, a pen whose
+	// write failed while no hook was committed would wait for a reopen
+	// nobody starts (its refused holds never deleted, the release stuck).
+	OnStoreFailure func(error)
 }
 
 // Pen is the quarantine pen over one store. It is safe for concurrent use.
@@ -80,7 +87,7 @@ type Pen struct {
 	// holds is held shared by every Hold, from its reservation to its
 	// write's answer, and exclusively by Recount, so that a recount never
 	// meets a hold whose bytes are reserved but whose row is not yet
-	// written. Lock order: holds, delMu, mu.
+	// written. Lock order: holds, delMu, refusedMu, mu.
 	holds sync.RWMutex
 	// mu guards the counters. Hold reserves its bytes under mu before it
 	// writes and gives them back if the write fails, so concurrent holds
@@ -98,6 +105,18 @@ type Pen struct {
 	// deletes each with its hook's rows, later; their bytes are given back
 	// then (settle). REQUIRES: delMu held.
 	unsettled map[store.PenRef]int64
+	// refused are holds whose write failed (their caller got a 503): the
+	// row may be there all the same, since a failed fsync leaves to the
+	// store's reopen whatever reached its WAL. Like the queue's fence for
+	// a failed group, the pen deletes them (cleanRefusedLocked) when it
+	// next holds (if no other deleter runs), releases, purges or
+	// recounts, so the provider's retry is the one hook held; their bytes
+	// stay counted until then, and no other deleter touches their rows
+	// (R1, release.go). Guarded by refusedMu, which a failed Hold takes
+	// alone: a hold never waits for delMu, which a release holds across
+	// its commit.
+	refusedMu sync.Mutex
+	refused   map[store.PenRef]int64
 }
 
 // New opens the pen over st and scans it once for its current size.
@@ -143,6 +162,9 @@ func (p *Pen) Recount() error {
 	defer p.holds.Unlock()
 	p.delMu.Lock()
 	defer p.delMu.Unlock()
+	if err := p.cleanRefusedLocked(); err != nil {
+		return err
+	}
 	seen := make(map[store.PenRef]bool, len(p.unsettled))
 	records, bytes, err := p.count(seen)
 	if err != nil {
@@ -214,6 +236,12 @@ func (p *Pen) Hold(ctx context.Context, env *store.Envelope, reason string) erro
 	}
 	p.holds.RLock()
 	defer p.holds.RUnlock()
+	if p.delMu.TryLock() {
+		// A refused hold's row goes before this one is counted; if that
+		// fails, so will this write, and the caller gets the error then.
+		_ = p.cleanRefusedLocked()
+		p.delMu.Unlock()
+	}
 	size := int64(len(env.Body))
 	p.mu.Lock()
 	if p.bytes+size > p.o.MaxBytes {
@@ -226,12 +254,61 @@ func (p *Pen) Hold(ctx context.Context, env *store.Envelope, reason string) erro
 
 	err := p.write(env, reason)
 	if err != nil {
-		p.mu.Lock()
-		p.bytes -= size
-		p.records--
-		p.mu.Unlock()
+		// The row may be there; its bytes stay counted until it is
+		// deleted (refused).
+		p.refusedMu.Lock()
+		if p.refused == nil {
+			p.refused = make(map[store.PenRef]int64)
+		}
+		p.refused[store.HeldRef(env)] = size
+		p.refusedMu.Unlock()
 		return err
 	}
+	return nil
+}
+
+// cleanRefused deletes the rows of refused holds (see Pen.refused).
+func (p *Pen) cleanRefused() error {
+	p.delMu.Lock()
+	defer p.delMu.Unlock()
+	return p.cleanRefusedLocked()
+}
+
+// isRefused reports whether ref is a refused hold's row, which only
+// cleanRefusedLocked deletes.
+func (p *Pen) isRefused(ref store.PenRef) bool {
+	p.refusedMu.Lock()
+	defer p.refusedMu.Unlock()
+	_, ok := p.refused[ref]
+	return ok
+}
+
+// cleanRefusedLocked deletes, in one synced batch, every refused hold's
+// row, whether or not its write left it, and gives their bytes back.
+// REQUIRES: p.delMu held.
+func (p *Pen) cleanRefusedLocked() error {
+	p.refusedMu.Lock()
+	defer p.refusedMu.Unlock()
+	if len(p.refused) == 0 {
+		return nil
+	}
+	b := p.st.NewBatch()
+	if b.Err() != nil {
+		return store.ErrClosed
+	}
+	defer b.Close()
+	n := 0
+	var freed int64
+	for ref, size := range p.refused {
+		_ = b.DeletePen(ref) // a dead batch fails the apply
+		n++
+		freed += size
+	}
+	if err := p.apply(b); err != nil {
+		return fmt.Errorf("quarantine: delete refused holds: %w", err)
+	}
+	clear(p.refused)
+	p.forget(n, freed)
 	return nil
 }
 
@@ -244,10 +321,19 @@ func (p *Pen) write(env *store.Envelope, reason string) error {
 	if err := b.PutPen(store.HeldRef(env), encodeRow(env, reason)); err != nil {
 		return fmt.Errorf("quarantine: hold: %w", err)
 	}
-	if err := p.st.ApplySync(b); err != nil {
+	if err := p.apply(b); err != nil {
 		return fmt.Errorf("quarantine: hold: %w", err)
 	}
 	return nil
+}
+
+// apply applies b synced, and reports a failure (Options.OnStoreFailure).
+func (p *Pen) apply(b *store.Batch) error {
+	err := p.st.ApplySync(b)
+	if err != nil && !errors.Is(err, store.ErrClosed) && p.o.OnStoreFailure != nil {
+		p.o.OnStoreFailure(err)
+	}
+	return err
 }
 
 // Held describes one held hook, without its body.
@@ -354,6 +440,9 @@ func (p *Pen) Purge(f PurgeFilter) (int, error) {
 	sinceMs, untilMs := rangeOf(f.Since, f.Until)
 	p.delMu.Lock()
 	defer p.delMu.Unlock()
+	if err := p.cleanRefusedLocked(); err != nil {
+		return 0, err
+	}
 	b := p.st.NewBatch()
 	if b.Err() != nil {
 		return 0, store.ErrClosed
@@ -364,6 +453,9 @@ func (p *Pen) Purge(f PurgeFilter) (int, error) {
 	err := p.st.ScanPen(nil, sinceMs, untilMs, func(row store.PenRow) bool {
 		if f.ID != ([16]byte{}) && row.ID != f.ID {
 			return true
+		}
+		if p.isRefused(row.PenRef) {
+			return true // a hold refused since the clean above: the next clean's
 		}
 		if f.SourceID != "" {
 			r, perr := parseRow(row.Value)
@@ -383,7 +475,7 @@ func (p *Pen) Purge(f PurgeFilter) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	if err := p.st.ApplySync(b); err != nil {
+	if err := p.apply(b); err != nil {
 		return 0, fmt.Errorf("quarantine: purge: %w", err)
 	}
 	p.forget(n, freed)

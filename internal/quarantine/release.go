@@ -120,6 +120,9 @@ func (r *Release) Release(ctx context.Context, sourceID string, cursor []byte, u
 		return 0, 0, nil, false, fmt.Errorf("quarantine: release scan: %w", serr)
 	}
 
+	if serr := r.pen.cleanRefused(); serr != nil {
+		return 0, 0, nil, false, fmt.Errorf("quarantine: release: %w", serr)
+	}
 	settled, serr := r.pen.settle(r.confirmer())
 	if serr != nil {
 		return 0, 0, nil, false, fmt.Errorf("quarantine: release: %w", serr)
@@ -238,6 +241,9 @@ func (r *Release) releaseOne(ctx context.Context, it item) (released, error) {
 	// commit takes too (both would give its bytes back).
 	r.pen.delMu.Lock()
 	defer r.pen.delMu.Unlock()
+	if r.pen.isRefused(it.ref) {
+		return purged, nil // a hold answered 503: the next step deletes it
+	}
 	if v, err := r.pen.st.ReadPen(it.ref); err != nil {
 		return stays, fmt.Errorf("quarantine: release: %w", err)
 	} else if v == nil {
@@ -353,7 +359,7 @@ func (p *Pen) remove(refs []store.PenRef) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	if err := p.st.ApplySync(b); err != nil {
+	if err := p.apply(b); err != nil {
 		return 0, err
 	}
 	p.forget(n, freed)
