@@ -11,6 +11,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/intake/memory"
+	"github.com/ankusa/ankusa/internal/quarantine"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/store"
 )
@@ -42,6 +43,21 @@ import (
 // the dispatcher's breaks the store's W1 (store/delivery.go) over the
 // whole schedule's history, crashes and reopens included
 // (checkSingleDeletes).
+//
+// And for the release class (release_test.go), whose holds are answered
+// 202 and released under ack rule 7 of internal/queue:
+//
+//   - Q, a held hook is never lost: every 202 is, at every checkpoint and
+//     right after a crash's reopen, in the pen or stored (checkHeldPresent),
+//     and after the final release job and the drain, still in the pen or
+//     delivered to each sink of its source or dead-lettered (drain,
+//     owedHeld), with its body (simSink.Deliver);
+//   - R, a hook id is committed once: it is never stored or delivered under
+//     two seqs (noteSeqLocked, from every delivery, every 201 new and every
+//     scan of the durable rows). A redelivery of one seq after a crash is
+//     at-least-once and allowed; a second seq is a second commit;
+//   - P, the pen's counters (Pen.Stats) equal a walk of its rows (Pen.List)
+//     at the end, when no hold or release is in flight (checkPen).
 
 // checkpoint runs the cheap checks at a quiescent instant.
 func (w *world) checkpoint() {
@@ -53,6 +69,7 @@ func (w *world) checkpoint() {
 		return
 	}
 	w.checkAckedPresent(n, "at a checkpoint")
+	w.checkHeldPresent(n, "at a checkpoint")
 	w.checkSeqs(n)
 	w.checkCounters(n)
 	if w.cfg.dual {
@@ -127,7 +144,120 @@ func (w *world) checkSeqs(n *node) {
 			w.violateLocked("6", "a durable seq names a second hook id in the store")
 		}
 		w.seqID[r.seq] = r.id
+		w.noteSeqLocked(r.id, r.seq, "stored")
 	}
+}
+
+// noteSeqLocked: R. It records that hook id was stored, acked or delivered
+// under seq, and reports the id once it has a second seq. REQUIRES: w.mu
+// held.
+func (w *world) noteSeqLocked(id [16]byte, seq uint64, how string) {
+	seqs := w.idSeqs[id]
+	if seqs == nil {
+		seqs = map[uint64]bool{}
+		w.idSeqs[id] = seqs
+	}
+	if seqs[seq] {
+		return
+	}
+	seqs[seq] = true
+	if len(seqs) < 2 || w.twice[id] {
+		return
+	}
+	w.twice[id] = true
+	if w.excused[id] {
+		// Its log record aged out and the operator accepted the gap: the
+		// store forgot the commit with it (a restored pen row is released
+		// again), as rule 1 forgives the loss of such a hook.
+		w.tracefLocked("R excused: a hook lost in an accepted gap was committed again")
+		return
+	}
+	what := "a hook no provider was answered for"
+	if h := w.held[id]; h != nil {
+		what = fmt.Sprintf("the held hook of req %d", h.req)
+	} else if a := w.acks[id]; a != nil {
+		what = fmt.Sprintf("the acked hook of req %d", a.req)
+	}
+	extra := ""
+	if h := w.held[id]; h != nil && h.both {
+		extra = " (a boot found it stored and still in the pen: ack rule 7's exception)"
+	}
+	if os.Getenv("SIM_DEBUG") != "" {
+		extra += fmt.Sprintf(" [seqs %v landed %v]", seqs, w.landed[id])
+	}
+	w.violateLocked("R", "%s was %s under a second seq: one id committed twice%s", what, how, extra)
+}
+
+// checkHeldPresent: Q at an instant. Every held hook whose provider saw the
+// 202 and that no sink has is in the pen or in the store (its pen row
+// leaves in the batch that writes its hook, ack rule 7 (b); a fence puts
+// it back). A hook delivered may have been reclaimed.
+func (w *world) checkHeldPresent(n *node, when string) {
+	w.mu.Lock()
+	var check []*heldInfo
+	for id, h := range w.held {
+		if h.answered && !h.lost && !w.excused[id] && w.delivered[id] == nil {
+			check = append(check, h)
+		}
+	}
+	w.mu.Unlock()
+	for _, h := range check {
+		pv, err1 := n.st.ReadPen(h.ref)
+		iv, err2 := n.st.Get(store.HookIDKey(h.ref.ID))
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if pv == nil && iv == nil {
+			w.violate("Q", "held hook (202) of req %d is neither in the pen nor in the store %s", h.req, when)
+		}
+	}
+}
+
+// owedHeld is every held hook whose provider saw the 202, no longer in the
+// pen (released) and not yet delivered to all its sinks: the drain waits
+// for them as for rule 1's acks.
+func (w *world) owedHeld(n *node) map[[16]byte]*ackInfo {
+	w.mu.Lock()
+	var check []*heldInfo
+	for id, h := range w.held {
+		if h.answered && !h.lost && !w.excused[id] && !w.fullyDeliveredLocked(id, h.source) {
+			check = append(check, h)
+		}
+	}
+	w.mu.Unlock()
+	out := map[[16]byte]*ackInfo{}
+	for _, h := range check {
+		if pv, err := n.st.ReadPen(h.ref); err != nil || pv != nil {
+			continue // still held: a 202 may stay in the pen
+		}
+		out[h.ref.ID] = &h.ackInfo
+	}
+	return out
+}
+
+// checkPen: P. The pen's counters, kept by holds, releases (a taken row, a
+// carried one settled later) and purges, equal a walk of its rows.
+func (w *world) checkPen(n *node) {
+	if w.cfg.release == 0 {
+		return
+	}
+	records, bytes := n.pen.Stats()
+	total, entries, err := n.pen.List(quarantine.Filter{Limit: quarantine.MaxListLimit})
+	if err != nil || total > len(entries) {
+		w.tracef("pen walk: %d rows, %v", total, err) // nothing to compare
+		return
+	}
+	var sum int64
+	for _, e := range entries {
+		sum += e.Size
+	}
+	if records != total || bytes != sum {
+		w.mu.Lock()
+		refused := w.leftRows
+		w.mu.Unlock()
+		w.violate("P", "pen counters records=%d bytes=%d, rows records=%d bytes=%d (%d refused holds left their rows)", records, bytes, total, sum, refused)
+	}
+	w.tracef("pen at the end: %d held", total)
 }
 
 // checkCounters: rule 7.
@@ -231,9 +361,14 @@ func (w *world) checkMarks(n *node) {
 // row whose time passed long ago that the dispatcher never claims — the
 // signature of a due key written behind its scan cursor), or "other".
 func (w *world) undelivered(n *node) (reqs []int, why map[string]int) {
+	return w.undeliveredOf(n, w.pendingAcks())
+}
+
+// undeliveredOf is undelivered over the given hooks.
+func (w *world) undeliveredOf(n *node, owed map[[16]byte]*ackInfo) (reqs []int, why map[string]int) {
 	why = map[string]int{}
 	nowMs := time.Now().UnixMilli()
-	for id, a := range w.pendingAcks() {
+	for id, a := range owed {
 		v, err := n.st.Get(store.HookIDKey(id))
 		seq, ok := store.ParseU64(v)
 		if err != nil || !ok {

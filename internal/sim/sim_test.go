@@ -30,7 +30,19 @@ var (
 
 // defaultExclude names the fault classes the default run (make test) leaves
 // out because they find a defect that is not fixed yet (docs/testing.md,
-// "Simulation", keeps the history with seeds). None today:
+// "Simulation", keeps the history with seeds). Today:
+//
+//   - release (quarantine holds and their release, release_test.go), since
+//     it was added: with ack rule 7's fix in place it finds rule 7's own
+//     named exception (R: boot recovery writes a released hook from the
+//     log while its pen row is back, the hook is delivered and reclaimed,
+//     and the release commits it again; 41 of seeds 1–1000, first 13, 37,
+//     53, 76, 81) and Pen.Hold's accounting of a failed write (P: the
+//     row is there, its bytes were given back; 181 of 1000, first 12).
+//     With the fix reverted, R fails in 444 of 1000 and Q in 57.
+//     make sim EXCLUDE= runs it.
+//
+// Left out before, in now:
 //
 //   - poison (a body the log refuses Permanent at every publish) was left
 //     out until boot recovery carried such a record instead of failing on
@@ -39,7 +51,7 @@ var (
 //     moved into memory and it resynced after a reopen (issue 14, lever
 //     b), and recovery judged a log only this node writes by its positions
 //     (rule C, seed 872).
-const defaultExclude = ""
+const defaultExclude = "release"
 
 func excluded() map[string]bool {
 	out := map[string]bool{}
@@ -101,8 +113,11 @@ func (w *world) run() {
 		w.violate("5", "log dir: %v", err)
 		return
 	}
-	w.tracef("schedule seed=%d dual=%v backups=%v", w.seed, w.cfg.dual, w.cfg.backups)
+	w.tracef("schedule seed=%d dual=%v backups=%v release=%d", w.seed, w.cfg.dual, w.cfg.backups, w.cfg.release)
 	w.mustBoot()
+	if w.cfg.release > 0 {
+		go w.rel.run()
+	}
 	kinds := make([]string, 0, len(w.cfg.weights))
 	total := 0
 	for k, v := range w.cfg.weights {
@@ -142,10 +157,12 @@ func (w *world) run() {
 	if w.current() == nil {
 		w.mustBoot()
 	}
+	w.releaseRest()
 	w.checkLive()
 	w.drain()
 	if n := w.current(); n != nil {
 		w.checkpoint()
+		w.checkPen(n)
 		w.checkSingleDeletes(n)
 		w.mu.Lock()
 		w.stopping = true
@@ -305,26 +322,34 @@ func (w *world) settle() {
 // drain waits (virtual time) until every acked hook is delivered; what is
 // still owed after two minutes is rule 1's missing.
 func (w *world) drain() {
-	var missing []int
-	var why map[string]int
+	var missing, released []int
+	var why, rwhy map[string]int
 	for range 240 {
 		n := w.current()
 		if n == nil {
 			return
 		}
 		missing, why = w.undelivered(n)
-		if len(missing) == 0 {
+		released, rwhy = w.undeliveredOf(n, w.owedHeld(n))
+		if len(missing) == 0 && len(released) == 0 {
 			w.tracef("drained")
 			return
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	sort.Ints(missing)
-	show := missing
-	if len(show) > 8 {
-		show = show[:8]
+	show := func(reqs []int) []int {
+		sort.Ints(reqs)
+		if len(reqs) > 8 {
+			reqs = reqs[:8]
+		}
+		return reqs
 	}
-	w.violate("1", "%d acked hooks not delivered 2 minutes after every fault healed (reqs %v; %v)", len(missing), show, why)
+	if len(missing) > 0 {
+		w.violate("1", "%d acked hooks not delivered 2 minutes after every fault healed (reqs %v; %v)", len(missing), show(missing), why)
+	}
+	if len(released) > 0 {
+		w.violate("Q", "%d held hooks (202) out of the pen and not delivered 2 minutes after every fault healed (reqs %v; %v)", len(released), show(released), rwhy)
+	}
 	if p := os.Getenv("SIM_STACKS"); p != "" {
 		buf := make([]byte, 1<<22)
 		_ = os.WriteFile(p, buf[:runtime.Stack(buf, true)], 0o600)

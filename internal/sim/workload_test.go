@@ -23,6 +23,7 @@ type request struct {
 	key    string // "" without dedupe
 	body   []byte
 	poison bool
+	held   bool // it fails verification: the edge holds it (202), release_test.go
 }
 
 // scope is the dedupe key as the store scopes it.
@@ -70,6 +71,11 @@ func (w *world) newRequest() request {
 	}
 	b.WriteString(`"}`)
 	r.body = []byte(b.String())
+	// The release class's own stream: every draw above is the one the
+	// schedule made before the class existed.
+	if w.cfg.release > 0 && w.holdRng.IntN(12) < w.cfg.release {
+		r.held = true
+	}
 	return r
 }
 
@@ -77,10 +83,18 @@ func (w *world) newRequest() request {
 func (w *world) submitBurst(k int) {
 	for range k {
 		r := w.newRequest()
-		w.tracef("req %d starts: %s %s key=%q poison=%v", r.n, r.tenant, r.source, r.key, r.poison)
+		held := ""
+		if r.held {
+			held = " held"
+		}
+		w.tracef("req %d starts: %s %s key=%q poison=%v%s", r.n, r.tenant, r.source, r.key, r.poison, held)
 		crng := rand.New(rand.NewPCG(w.seed^0xc11e, uint64(r.n)))
 		w.clients.Add(1)
-		go w.client(r, crng)
+		if r.held {
+			go w.holder(r, crng)
+		} else {
+			go w.client(r, crng)
+		}
 	}
 }
 
@@ -220,6 +234,7 @@ func (w *world) onAck(r request, att int, res queue.Result, n *node) {
 			w.violateLocked("6", "req %d was acked under a seq that named another hook", r.n)
 		}
 		w.seqID[res.Seq] = res.ID
+		w.noteSeqLocked(res.ID, res.Seq, "acked")
 	}
 	if res.Duplicate {
 		delivered := w.fullyDeliveredLocked(res.ID, a.source)

@@ -23,6 +23,7 @@ import (
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/intake/memory"
+	"github.com/ankusa/ankusa/internal/quarantine"
 	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/store"
@@ -90,6 +91,11 @@ type schedCfg struct {
 	dual    bool
 	backups bool
 	weights map[string]int
+	// release is the release class's weight, 0–3 (release_test.go): the
+	// share of requests held (release/12) and the pace of the release
+	// job's ticks. Drawn from a stream of its own, it is not in weights:
+	// its events run on the releaser's goroutine, not the main loop.
+	release int
 }
 
 // world is one schedule: the disk, the log, the node that runs on them,
@@ -107,6 +113,11 @@ type world struct {
 
 	disk   *vfs.MemFS
 	faults *diskFaults
+
+	// The release class (release_test.go): holdRng decides which requests
+	// are held (main goroutine), rel is the replay job of kind quarantine.
+	holdRng *rand.Rand
+	rel     *releaser
 
 	// lmu guards the log wrapper's armed faults.
 	lmu        sync.Mutex
@@ -131,6 +142,10 @@ type world struct {
 	excused   map[[16]byte]bool            // lost in a gap an operator accepted
 	delivered map[[16]byte]map[string][32]byte
 	seqID     map[uint64][16]byte
+	held      map[[16]byte]*heldInfo       // every hook the pen took (Q, R)
+	idSeqs    map[[16]byte]map[uint64]bool // every seq a hook id was stored or delivered under (R)
+	twice     map[[16]byte]bool            // ids R reported
+	leftRows  int                          // holds answered with an error whose row was there (P)
 	keys      map[string]*keyInfo
 	sinkFail  map[string]time.Time
 	sinkHang  map[string]time.Time
@@ -141,7 +156,7 @@ type world struct {
 }
 
 type violation struct {
-	inv  string // "1".."8", "L" (liveness), "C" (recovery refusal)
+	inv  string // "1".."8", "L" (liveness), "C" (recovery refusal), "W", "Q", "R", "P"
 	what string
 }
 
@@ -163,6 +178,7 @@ func newWorld(seed uint64, tmp string, exclude map[string]bool) *world {
 		acks: map[[16]byte]*ackInfo{}, landed: map[[16]byte]bool{}, confirmed: map[[16]byte]bool{}, attempted: map[[16]byte]int{}, dropped: map[[16]byte]intake.Position{},
 		excused: map[[16]byte]bool{}, delivered: map[[16]byte]map[string][32]byte{},
 		seqID: map[uint64][16]byte{}, keys: map[string]*keyInfo{},
+		held: map[[16]byte]*heldInfo{}, idSeqs: map[[16]byte]map[uint64]bool{}, twice: map[[16]byte]bool{},
 		sinkFail: map[string]time.Time{}, sinkHang: map[string]time.Time{},
 		inc: "0", prefix: "ankusa/n1-0",
 	}
@@ -170,6 +186,14 @@ func newWorld(seed uint64, tmp string, exclude map[string]bool) *world {
 	for k := range exclude {
 		delete(w.cfg.weights, k)
 	}
+	// The release class's streams, apart from w.rng (release_test.go).
+	rr := rand.New(rand.NewPCG(seed, 0x4e1ea5e))
+	w.cfg.release = rr.IntN(4)
+	if exclude["release"] {
+		w.cfg.release = 0
+	}
+	w.holdRng = rand.New(rand.NewPCG(rr.Uint64(), 1))
+	w.rel = newReleaser(w, rr.Uint64(), w.cfg.release)
 	return w
 }
 
@@ -249,6 +273,8 @@ func (w *world) traceLines() []string {
 type node struct {
 	gen    int
 	st     *store.Store
+	pen    *quarantine.Pen
+	rel    *quarantine.Release
 	q      *queue.Queue
 	d      *dispatch.Dispatcher
 	log    *memory.Log
@@ -321,6 +347,7 @@ func (w *world) boot() error {
 	// crash on the local disk (an ack waits for the local fsync).
 	if !restored && !st.Created() {
 		w.checkAckedPresent(n, "after reopen, before recovery")
+		w.checkHeldPresent(n, "after reopen, before recovery")
 	}
 	nums, err := st.SinkNumbers(sinkRefs())
 	if err != nil {
@@ -338,6 +365,7 @@ func (w *world) boot() error {
 			}
 		}
 	}
+	w.noteHeldAndStored(n)
 	var d *dispatch.Dispatcher
 	qo := queue.Options{
 		// One partition: a group's records are then in arrival order, and
@@ -349,6 +377,7 @@ func (w *world) boot() error {
 		// from memory (its hot cache), the store is the fallback.
 		OnCommitted: func(cs []store.Committed) { d.Committed(cs) },
 		OnFatal:     func(error) { n.fatal.Store(true) },
+		Observer:    simObserver{w},
 	}
 	if w.cfg.dual {
 		qo.Dual = &queue.DualOptions{
@@ -356,6 +385,7 @@ func (w *world) boot() error {
 			PublishTimeout: time.Second, ReconcileDeadline: reconcileDeadline,
 			BreakerFailures: 3, Probe: time.Second, OffsetFlush: 500 * time.Millisecond,
 			MaxRecordBytes: 1 << 20, ReconcileEvery: 100 * time.Millisecond,
+			Observer: simDualObserver{w: w},
 		}
 	}
 	targets := map[uint16]dispatch.Target{}
@@ -366,6 +396,15 @@ func (w *world) boot() error {
 	if err != nil {
 		return w.bootFail(n, fmt.Errorf("queue: %w", err))
 	}
+	// The pen over this life's store, and its release through its queue
+	// (as the app wires them when a source quarantines).
+	pen, err := quarantine.New(st, quarantine.Options{Logger: discard})
+	if err != nil {
+		q.Close()
+		return w.bootFail(n, fmt.Errorf("pen: %w", err))
+	}
+	n.q = q // releaseQueue commits through it
+	n.pen, n.rel = pen, quarantine.NewRelease(pen, holdSources(nums), releaseQueue{w: w, n: n})
 	// As the app does: what the republish could not place stays pending.
 	if err := q.Carry(carry, true); err != nil {
 		return w.bootFail(n, fmt.Errorf("carry: %w", err))
@@ -387,6 +426,7 @@ func (w *world) boot() error {
 	w.node = n
 	w.tracefLocked("boot gen=%d dual=%v restored=%v fresh=%v", n.gen, w.cfg.dual, restored, st.Created())
 	w.mu.Unlock()
+	w.rel.poke() // a job after every boot: a crash may have cut a step
 	return nil
 }
 
@@ -588,10 +628,20 @@ func (w *world) hostLoss() {
 			delete(w.seqID, s)
 		}
 	}
+	// R likewise: a hook that never reached the log died with the host,
+	// and a release from a restored pen row is its first commit again.
+	for id := range w.idSeqs {
+		if !w.landed[id] {
+			delete(w.idSeqs, id)
+		}
+	}
 	w.mu.Unlock()
 	w.disk = disk
 	time.Sleep(time.Duration(500+w.rng.IntN(2000)) * time.Millisecond)
 	w.mustBoot()
+	if n := w.current(); n != nil {
+		w.excuseHeldLost(n)
+	}
 }
 
 func (w *world) mustBoot() {
@@ -887,6 +937,10 @@ func (s *simSink) Deliver(ctx context.Context, m *sink.Message) error {
 	if a := w.acks[id]; a != nil && sha256.Sum256(a.body) != sum {
 		w.violateLocked("1", "delivery to %s of an acked hook carries a different body", s.id)
 	}
+	if h := w.held[id]; h != nil && sha256.Sum256(h.body) != sum {
+		w.violateLocked("Q", "delivery to %s of a released hook (req %d) carries a different body", s.id, h.req)
+	}
+	w.noteSeqLocked(id, m.Seq, "delivered")
 	got := w.delivered[id]
 	if got == nil {
 		got = map[string][32]byte{}
