@@ -397,8 +397,9 @@ func (w *world) boot() error {
 		return w.bootFail(n, fmt.Errorf("queue: %w", err))
 	}
 	// The pen over this life's store, and its release through its queue
-	// (as the app wires them when a source quarantines).
-	pen, err := quarantine.New(st, quarantine.Options{Logger: discard})
+	// (as the app wires them when a source quarantines; a failed pen write
+	// fences the queue, which reopens the store).
+	pen, err := quarantine.New(st, quarantine.Options{Logger: discard, OnStoreFailure: q.ReportStoreFailure})
 	if err != nil {
 		q.Close()
 		return w.bootFail(n, fmt.Errorf("pen: %w", err))
