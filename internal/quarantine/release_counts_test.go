@@ -2,7 +2,6 @@ package quarantine_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -106,11 +105,7 @@ func TestRelease_ACommitAnsweredTooLateIsSettledByTheNextStep(t *testing.T) {
 func dualQueue(t *testing.T, fs vfs.FS, maxDelay time.Duration) (*store.Store, *memory.Log, *queue.Queue) {
 	t.Helper()
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), fs)
-	lg, err := memory.Open(memory.Options{Dir: filepath.Join(t.TempDir(), "intake"), Node: "node-a", Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lg.Close() })
+	lg := memoryLog(t)
 	q := testutil.StartQueue(t, st, queue.Options{MaxDelay: maxDelay, MaxBatch: 64, Dual: &queue.DualOptions{
 		Intake: lg, Node: "node-a", PublishTimeout: 500 * time.Millisecond, BreakerFailures: 3, Probe: time.Hour, ReconcileEvery: -1}})
 	return st, lg, q

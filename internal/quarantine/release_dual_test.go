@@ -36,6 +36,39 @@ func (s *countingSink) Deliver(_ context.Context, m *sink.Message) error {
 
 func (s *countingSink) Close() error { return nil }
 
+// countingDispatch starts a dispatcher over st that delivers sink 1 ("log")
+// to a countingSink and reclaims through q, and stores it in disp (the
+// queue's OnCommitted wakes it); it stops with the test.
+func countingDispatch(t *testing.T, st *store.Store, q *queue.Queue, disp *atomic.Pointer[dispatch.Dispatcher]) *countingSink {
+	t.Helper()
+	cs := &countingSink{byID: map[[16]byte]int{}}
+	d := dispatch.New(st, dispatch.Options{
+		Targets:   map[uint16]dispatch.Target{1: {ID: "log", Sink: cs}},
+		Durable:   q.Durable,
+		OnReclaim: q.Reclaimed,
+		Poll:      20 * time.Millisecond,
+		Logger:    testutil.Logger(t),
+	})
+	disp.Store(d)
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return cs
+}
+
+// memoryLog opens a memory intake log for node-a in a temp dir, closed
+// with the test.
+func memoryLog(t *testing.T) *memory.Log {
+	t.Helper()
+	lg, err := memory.Open(memory.Options{Dir: filepath.Join(t.TempDir(), "intake"), Node: "node-a", Logger: testutil.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lg.Close() })
+	return lg
+}
+
 func (s *countingSink) count(id [16]byte) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -53,11 +86,7 @@ func (s *countingSink) count(id [16]byte) int {
 func TestRelease_RetriedAfterACarriedCommitUnderDualCommitsOnce(t *testing.T) {
 	gate := testutil.NewWALSyncGate()
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
-	lg, err := memory.Open(memory.Options{Dir: filepath.Join(t.TempDir(), "intake"), Node: "node-a", Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lg.Close() })
+	lg := memoryLog(t)
 	var disp atomic.Pointer[dispatch.Dispatcher]
 	q := testutil.StartQueue(t, st, queue.Options{
 		Dual: &queue.DualOptions{
@@ -72,19 +101,7 @@ func TestRelease_RetriedAfterACarriedCommitUnderDualCommitsOnce(t *testing.T) {
 		},
 	})
 	t.Cleanup(gate.ReleaseAll) // registered after the queue: runs first
-	cs := &countingSink{byID: map[[16]byte]int{}}
-	d := dispatch.New(st, dispatch.Options{
-		Targets:   map[uint16]dispatch.Target{1: {ID: "log", Sink: cs}},
-		Durable:   q.Durable,
-		OnReclaim: q.Reclaimed,
-		Poll:      20 * time.Millisecond,
-		Logger:    testutil.Logger(t),
-	})
-	disp.Store(d)
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Stop)
+	cs := countingDispatch(t, st, q, &disp)
 
 	p := newPen(t, st, quarantine.Options{})
 	e := envelope(t, "a", time.Now().Add(-time.Minute), `{"k":1}`)
@@ -162,11 +179,7 @@ func TestRelease_AfterBootRecoveryReplayedTheReleaseCommitsOnce(t *testing.T) {
 	dual := func(lg *memory.Log) *queue.DualOptions {
 		return &queue.DualOptions{Intake: lg, Node: "node-a", PublishTimeout: 5 * time.Second, Probe: time.Hour}
 	}
-	lg, err := memory.Open(memory.Options{Dir: filepath.Join(t.TempDir(), "intake"), Node: "node-a", Logger: testutil.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lg.Close() })
+	lg := memoryLog(t)
 
 	// The lost host: the hook is held, a backup is taken, then it is released.
 	lost := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
@@ -202,19 +215,7 @@ func TestRelease_AfterBootRecoveryReplayedTheReleaseCommitsOnce(t *testing.T) {
 			}
 		},
 	})
-	cs := &countingSink{byID: map[[16]byte]int{}}
-	d := dispatch.New(st, dispatch.Options{
-		Targets:   map[uint16]dispatch.Target{1: {ID: "log", Sink: cs}},
-		Durable:   q.Durable,
-		OnReclaim: q.Reclaimed,
-		Poll:      20 * time.Millisecond,
-		Logger:    testutil.Logger(t),
-	})
-	disp.Store(d)
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Stop)
+	cs := countingDispatch(t, st, q, &disp)
 	delivered := func() {
 		t.Helper()
 		testutil.Eventually(t, 10*time.Second, "every hook delivered and reclaimed", func() bool {
