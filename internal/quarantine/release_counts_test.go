@@ -176,3 +176,35 @@ func TestRelease_UnderDualAnotherHooksCarriedAnswerTakesNoRow(t *testing.T) {
 	}
 	stats(t, p, 0, 0)
 }
+
+// A hold whose synced write fails is answered with the error; the pen
+// tells the queue (Options.OnStoreFailure), whose fence reopens the store,
+// and the next hold deletes the refused row before it writes its own: the
+// provider's retry is the one hook held, and the counters equal the rows.
+// Without the report nothing reopens the store while no hook is committed,
+// and every later hold fails too.
+func TestHold_AFailedWriteFencesTheStoreAndLeavesNothingHeld(t *testing.T) {
+	gate := testutil.NewWALSyncGate()
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
+	q := testutil.StartQueue(t, st, queue.Options{})
+	p := newPen(t, st, quarantine.Options{OnStoreFailure: q.ReportStoreFailure})
+	refused := envelope(t, "a", time.Now().Add(-time.Minute), `{"try":1}`)
+	gate.FailNext(1)
+	if err := p.Hold(t.Context(), refused, "no_match"); err == nil {
+		t.Fatal("a hold whose fsync failed was answered as held")
+	}
+	testutil.Eventually(t, 10*time.Second, "the store reopened by the queue's fence", func() bool {
+		s := q.Stats()
+		return s.Fences >= 1 && !s.Fenced
+	})
+	retry := envelope(t, "a", time.Now(), `{"try":1}`)
+	hold(t, p, retry)
+	_, hs, err := p.List(quarantine.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 1 || hs[0].ID != idOf(retry) {
+		t.Fatalf("held %v, want only the retry %s", ids(hs), idOf(retry))
+	}
+	penAgrees(t, p)
+}

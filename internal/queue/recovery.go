@@ -14,8 +14,10 @@ import (
 // Boot recovery of wal.type: dual (ADR section 8), its one home: identity,
 // topology, then replay this node's tail of the intake log into the store
 // with a seq-keyed idempotent apply, then republish every local hook above
-// the watermark. It runs before the queue starts (nothing else writes the
-// store meanwhile), at every boot, and offline as `ankusa recover`; both
+// the watermark. It runs before the queue starts (nothing else writes hook
+// rows meanwhile; the operator API is up, so the quarantine pen's rows may
+// be purged, and the boot recounts the pen after, quarantine.Pen.Recount),
+// at every boot, and offline as `ankusa recover`; both
 // call RecoverNode. It lives with the commit path because it is the commit
 // path's other writer of hooks: the same rows (store.PutHook), the same
 // next_seq rule, and the watermark and offset the dual commit keeps
