@@ -255,13 +255,15 @@ func (p *Pen) Hold(ctx context.Context, env *store.Envelope, reason string) erro
 	err := p.write(env, reason)
 	if err != nil {
 		// The row may be there; its bytes stay counted until it is
-		// deleted (refused).
+		// deleted (refused). Noted before the failure is reported, so no
+		// release that the fence lets run meets the row unnoted.
 		p.refusedMu.Lock()
 		if p.refused == nil {
 			p.refused = make(map[store.PenRef]int64)
 		}
 		p.refused[store.HeldRef(env)] = size
 		p.refusedMu.Unlock()
+		p.reportFailure()
 		return err
 	}
 	return nil
@@ -321,7 +323,7 @@ func (p *Pen) write(env *store.Envelope, reason string) error {
 	if err := b.PutPen(store.HeldRef(env), encodeRow(env, reason)); err != nil {
 		return fmt.Errorf("quarantine: hold: %w", err)
 	}
-	if err := p.apply(b); err != nil {
+	if err := p.st.ApplySync(b); err != nil { // Hold reports it, once noted
 		return fmt.Errorf("quarantine: hold: %w", err)
 	}
 	return nil
@@ -330,10 +332,23 @@ func (p *Pen) write(env *store.Envelope, reason string) error {
 // apply applies b synced, and reports a failure (Options.OnStoreFailure).
 func (p *Pen) apply(b *store.Batch) error {
 	err := p.st.ApplySync(b)
-	if err != nil && !errors.Is(err, store.ErrClosed) && p.o.OnStoreFailure != nil {
-		p.o.OnStoreFailure(err)
+	if err != nil {
+		p.reportFailure()
 	}
 	return err
+}
+
+// reportFailure tells Options.OnStoreFailure of the store's failure, if
+// the store has failed: a batch of a generation the store has since
+// reopened, or a closed store, is refused without that, and must not
+// fence a healthy store.
+func (p *Pen) reportFailure() {
+	if p.o.OnStoreFailure == nil {
+		return
+	}
+	if f := p.st.Failed(); f != nil && !errors.Is(f, store.ErrClosed) {
+		p.o.OnStoreFailure(f)
+	}
 }
 
 // Held describes one held hook, without its body.
@@ -456,6 +471,9 @@ func (p *Pen) Purge(f PurgeFilter) (int, error) {
 		}
 		if p.isRefused(row.PenRef) {
 			return true // a hold refused since the clean above: the next clean's
+		}
+		if _, ok := p.unsettled[row.PenRef]; ok {
+			return true // released, its commit not settled: it may still land
 		}
 		if f.SourceID != "" {
 			r, perr := parseRow(row.Value)

@@ -20,12 +20,17 @@ type Submitter interface {
 	Submit(ctx context.Context, rec *queue.Record) (queue.Result, error)
 }
 
-// Confirmer is a Submitter that can tell whether a record it took is
-// still unconfirmed (the queue under wal.type: dual: in flight or carried
-// in the pending set, queue.Queue.Unconfirmed). The release gives back a
-// pen row's bytes only once the row is gone and its hook confirmed (R1).
-type Confirmer interface {
-	Unconfirmed(id [16]byte) bool
+// Finality is a Submitter that can tell whether a record it took may
+// still be undone (queue.Queue.MayUndo: fenced, or its hook above
+// durable_seq) and whether a fence ran meanwhile
+// (FenceEpoch: odd while fenced, and it moves with every fence). The
+// release gives back a pen row's bytes only once the row is gone and its
+// hook can no longer be undone, no fence having run around the reads (R1):
+// a read may see a group whose fsync then fails, and the fence puts its
+// pen rows back.
+type Finality interface {
+	MayUndo(id [16]byte) bool
+	FenceEpoch() uint64
 }
 
 // maxExamine bounds the rows one step passes over, so a job filtered to one
@@ -123,7 +128,7 @@ func (r *Release) Release(ctx context.Context, sourceID string, cursor []byte, u
 	if serr := r.pen.cleanRefused(); serr != nil {
 		return 0, 0, nil, false, fmt.Errorf("quarantine: release: %w", serr)
 	}
-	settled, serr := r.pen.settle(r.confirmer())
+	settled, serr := r.pen.settle(r.finality())
 	if serr != nil {
 		return 0, 0, nil, false, fmt.Errorf("quarantine: release: %w", serr)
 	}
@@ -148,8 +153,10 @@ func (r *Release) Release(ctx context.Context, sourceID string, cursor []byte, u
 		}
 		next = it.ref.Cursor()
 	}
+	removed := 0
 	if len(remove) > 0 {
-		if _, derr := r.pen.remove(remove); derr != nil {
+		var derr error
+		if removed, derr = r.pen.remove(remove); derr != nil {
 			// The hooks are committed (or duplicates of committed ones) but
 			// still held: the next step finds their ids in the store, or the
 			// queue answers them as duplicates again, and only deletes the
@@ -157,7 +164,9 @@ func (r *Release) Release(ctx context.Context, sourceID string, cursor []byte, u
 			return gone, 0, nil, false, fmt.Errorf("quarantine: release delete: %w", derr)
 		}
 	}
-	moved = len(remove) + gone
+	// A row already gone is not counted here: its commit's (a late one,
+	// unsettled) settle counts it.
+	moved = removed + gone
 	if moved > 0 || skipped > 0 {
 		r.pen.log.Info("quarantine release step", "source", sourceID, "moved", moved, "skipped", skipped, "done", done)
 	}
@@ -278,10 +287,10 @@ func (r *Release) releaseOne(ctx context.Context, it item) (released, error) {
 	return taken, nil
 }
 
-// confirmer is the Submitter's Confirmer, nil if it has none (its answers
+// confirmer is the Submitter's Finality, nil if it has none (its answers
 // are final).
-func (r *Release) confirmer() Confirmer {
-	c, _ := r.q.(Confirmer)
+func (r *Release) finality() Finality {
+	c, _ := r.q.(Finality)
 	return c
 }
 
@@ -310,25 +319,38 @@ func (p *Pen) unsettledLocked(ref store.PenRef, bytes int64) {
 // since, and returns how many: they are committed. A row counts as gone
 // only once c (if any) no longer holds its hook unconfirmed: until then a
 // fence may still put it back (a carried record's failed local half).
-func (p *Pen) settle(c Confirmer) (int, error) {
+func (p *Pen) settle(c Finality) (int, error) {
 	p.delMu.Lock()
 	defer p.delMu.Unlock()
-	n := 0
-	for ref, bytes := range p.unsettled {
-		if c != nil && c.Unconfirmed(ref.ID) {
-			continue
-		}
-		v, err := p.st.ReadPen(ref)
-		if err != nil {
-			return n, err
-		}
-		if v == nil {
-			delete(p.unsettled, ref)
-			p.forget(1, bytes)
-			n++
+	if len(p.unsettled) == 0 {
+		return 0, nil
+	}
+	var epoch uint64
+	if c != nil {
+		if epoch = c.FenceEpoch(); epoch%2 == 1 {
+			return 0, nil // fenced: the next step settles
 		}
 	}
-	return n, nil
+	var gone []store.PenRef
+	for ref := range p.unsettled {
+		v, err := p.st.ReadPen(ref)
+		if err != nil {
+			return 0, err
+		}
+		// Asked after the read: a row read gone belongs to a hook whose
+		// rows are visible, so its seq says whether a fence may undo it.
+		if v == nil && (c == nil || !c.MayUndo(ref.ID)) {
+			gone = append(gone, ref)
+		}
+	}
+	if c != nil && c.FenceEpoch() != epoch {
+		return 0, nil // a fence ran around the reads: they may have seen undone rows
+	}
+	for _, ref := range gone {
+		p.forget(1, p.unsettled[ref])
+		delete(p.unsettled, ref)
+	}
+	return len(gone), nil
 }
 
 // remove deletes the given rows that still exist, in one synced batch, and

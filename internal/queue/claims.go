@@ -48,12 +48,33 @@ func Carried(err error) ([16]byte, bool) {
 	return [16]byte{}, false
 }
 
-// Unconfirmed reports whether a record with hook id id is in the pending
-// set under dual: in flight, or carried with one half still to complete
-// (ack rule 7). Always false under disk, where an answer is final.
-func (q *Queue) Unconfirmed(id [16]byte) bool {
-	d := q.writer.dual
-	return d != nil && d.pending.hasID(id)
+// MayUndo reports whether the local rows of a record with hook id id, as
+// a reader sees them now, may still be undone (ack rule 7): while the
+// queue is fenced, or while its hook's group is above durable_seq (a
+// failed fsync's fence deletes it and puts back the pen row it took). A
+// hook at or below durable_seq is durable in this store, whatever its log
+// half (under dual a carried record's local half, once complete-local
+// wrote it, is synced). A caller that reads rows the record wrote asks
+// after its read, and compares FenceEpoch around both.
+func (q *Queue) MayUndo(id [16]byte) bool {
+	if q.writer.fenced.Load() {
+		return true
+	}
+	seq, found, err := q.writer.st.LookupHookID(id)
+	if err != nil {
+		return true
+	}
+	return found && seq > q.Durable()
+}
+
+// FenceEpoch is odd while the queue is fenced, and moves at every fence's
+// start and end: equal values around a read mean no fence ran meanwhile.
+func (q *Queue) FenceEpoch() uint64 {
+	e := 2 * q.writer.fences.Load()
+	if q.writer.fenced.Load() {
+		e++
+	}
+	return e
 }
 
 // Hold gives the queue the claim of a carried record (invariant 2: false

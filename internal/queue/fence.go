@@ -97,8 +97,8 @@ func (w *writer) fence(ctx context.Context, cause error) {
 	w.unsynced = w.unsynced[:0]
 	last := w.nextSeq - 1
 	w.s.resume(last)
+	w.fences.Add(1) // before fenced clears: Queue.FenceEpoch never repeats a value
 	w.fenced.Store(false)
-	w.fences.Add(1)
 	w.log.Warn("store fence lifted", "durable_seq", last, "undone_after", durable)
 }
 

@@ -357,6 +357,11 @@ type releaseQueue struct {
 	n *node
 }
 
+// MayUndo and FenceEpoch are the queue's (quarantine.Finality), as
+// the app's release has them.
+func (s releaseQueue) MayUndo(id [16]byte) bool { return s.n.q.MayUndo(id) }
+func (s releaseQueue) FenceEpoch() uint64       { return s.n.q.FenceEpoch() }
+
 func (s releaseQueue) Submit(ctx context.Context, rec *queue.Record) (queue.Result, error) {
 	res, err := s.n.q.Submit(ctx, rec)
 	if s.n.dead.Load() {
