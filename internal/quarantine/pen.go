@@ -90,8 +90,9 @@ type Pen struct {
 	// written. Lock order: holds, delMu, refusedMu, mu.
 	holds sync.RWMutex
 	// mu guards the counters. Hold reserves its bytes under mu before it
-	// writes and gives them back if the write fails, so concurrent holds
-	// can never together pass MaxBytes.
+	// writes, so concurrent holds can never together pass MaxBytes; a
+	// write that fails keeps them reserved until its row is deleted
+	// (refused).
 	mu      sync.Mutex
 	bytes   int64
 	records int
@@ -482,7 +483,6 @@ func (p *Pen) Purge(f PurgeFilter) (int, error) {
 			}
 		}
 		_ = b.DeletePen(row.PenRef)
-		delete(p.unsettled, row.PenRef) // its bytes are given back here
 		n++
 		freed += accounted(row.Value)
 		return true

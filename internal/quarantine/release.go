@@ -266,8 +266,7 @@ func (r *Release) releaseOne(ctx context.Context, it item) (released, error) {
 		// Under dual the local half is in (the row went with it) and the
 		// log half failed: the reconciler publishes it. The release has
 		// succeeded (ADR: a release's log half that fails is carried).
-		delete(r.pen.unsettled, it.ref)
-		r.pen.forget(1, accounted(it.val))
+		r.pen.takenLocked(it.ref, accounted(it.val))
 		return taken, nil
 	case carried, errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		// Carried with the local half failed (the fence puts the row back
@@ -282,12 +281,11 @@ func (r *Release) releaseOne(ctx context.Context, it item) (released, error) {
 	if res.Duplicate {
 		return stored, nil // a hook already holds its id or dedupe key: no row was taken
 	}
-	delete(r.pen.unsettled, it.ref)
-	r.pen.forget(1, accounted(it.val))
+	r.pen.takenLocked(it.ref, accounted(it.val))
 	return taken, nil
 }
 
-// confirmer is the Submitter's Finality, nil if it has none (its answers
+// finality is the Submitter's Finality, nil if it has none (its answers
 // are final).
 func (r *Release) finality() Finality {
 	c, _ := r.q.(Finality)
@@ -305,6 +303,13 @@ func httpHeader(hs []store.Header) http.Header {
 	return h
 }
 
+// takenLocked gives back the bytes of a row a release's commit took, once
+// (R1). REQUIRES: p.delMu held.
+func (p *Pen) takenLocked(ref store.PenRef, bytes int64) {
+	delete(p.unsettled, ref)
+	p.forget(1, bytes)
+}
+
 // unsettledLocked notes a released hook whose commit may still take its
 // pen row (carried, or not answered in time), so that the row's bytes are
 // given back once it is gone (settle). REQUIRES: p.delMu held.
@@ -317,8 +322,10 @@ func (p *Pen) unsettledLocked(ref store.PenRef, bytes int64) {
 
 // settle gives back the bytes of the unsettled rows the queue has deleted
 // since, and returns how many: they are committed. A row counts as gone
-// only once c (if any) no longer holds its hook unconfirmed: until then a
-// fence may still put it back (a carried record's failed local half).
+// only once c (if any) says its hook can no longer be undone, no fence
+// having run around the reads: until then a fence may still put it back
+// (a failed fsync under either mode, a carried record's failed local
+// half).
 func (p *Pen) settle(c Finality) (int, error) {
 	p.delMu.Lock()
 	defer p.delMu.Unlock()
@@ -347,8 +354,7 @@ func (p *Pen) settle(c Finality) (int, error) {
 		return 0, nil // a fence ran around the reads: they may have seen undone rows
 	}
 	for _, ref := range gone {
-		p.forget(1, p.unsettled[ref])
-		delete(p.unsettled, ref)
+		p.takenLocked(ref, p.unsettled[ref])
 	}
 	return len(gone), nil
 }
