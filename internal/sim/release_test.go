@@ -251,19 +251,7 @@ func heldEnvelope(r request, crng *rand.Rand) *store.Envelope {
 // retries after a 503, a dropped connection or a lost answer, up to six
 // attempts; each attempt is a new hold under a new id, as at the edge.
 func (w *world) holder(r request, crng *rand.Rand) {
-	defer w.clients.Done()
-	sleep := func(d time.Duration) { time.Sleep(d + time.Duration(1+crng.IntN(999))*time.Microsecond) }
-	sleep(0)
-	for att := 1; att <= 6; att++ {
-		if w.isStopping() {
-			return
-		}
-		n := w.current()
-		if n == nil {
-			w.tracef("req %d att %d: connection refused (node down)", r.n, att)
-			sleep(time.Second)
-			continue
-		}
+	w.provide(r, crng, func(n *node, att int) (bool, time.Duration) {
 		env := heldEnvelope(r, crng)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := n.pen.Hold(ctx, env, holdReason)
@@ -274,31 +262,24 @@ func (w *world) holder(r request, crng *rand.Rand) {
 		}
 		if dead {
 			w.tracef("req %d att %d: connection dropped", r.n, att)
-			sleep(time.Duration(1000+crng.IntN(2000)) * time.Millisecond)
-			continue
+			return false, dropped(crng)
 		}
 		if err == nil {
-			if crng.IntN(8) == 0 {
-				sleep(time.Duration(500+crng.IntN(2000)) * time.Millisecond) // the 202 was lost
-				continue
-			}
-			return
+			lost, wait := answerLost(crng) // the 202 lost on the way back
+			return !lost, wait
 		}
 		w.tracef("req %d att %d: hold refused: %s", r.n, att, releaseRefusal(err))
-		if pv, perr := n.st.ReadPen(heldRef(env)); perr == nil && pv != nil {
+		if pv, perr := n.st.ReadPen(store.HeldRef(env)); perr == nil && pv != nil {
 			// A failed ApplySync may leave its batch applied: the row is
-			// there although Hold gave its bytes back (P's cause, if any).
+			// there until the pen's next clean deletes it (P watches the
+			// counters meanwhile).
 			w.onHeld(r, att, env, false)
 			w.mu.Lock()
 			w.leftRows++
 			w.mu.Unlock()
 		}
-		sleep(time.Duration(1000+crng.IntN(2000)) * time.Millisecond)
-	}
-}
-
-func heldRef(env *store.Envelope) store.PenRef {
-	return store.PenRef{ReceivedAtMs: time.Unix(0, env.ReceivedAt).UnixMilli(), ID: env.ID}
+		return false, dropped(crng)
+	})
 }
 
 func (w *world) onHeld(r request, att int, env *store.Envelope, answered bool) {
@@ -309,7 +290,7 @@ func (w *world) onHeld(r request, att int, env *store.Envelope, answered bool) {
 	}
 	w.held[env.ID] = &heldInfo{
 		ackInfo:  ackInfo{body: r.body, source: r.source, req: r.n},
-		ref:      heldRef(env),
+		ref:      store.HeldRef(env),
 		answered: answered,
 	}
 }
@@ -322,31 +303,51 @@ func (w *world) onHeld(r request, att int, env *store.Envelope, answered bool) {
 // release is in the log, so this is the pen's limit, not rule 7's
 // concern; the count is traced (docs/testing.md, Simulation).
 func (w *world) excuseHeldLost(n *node) {
-	w.mu.Lock()
-	var check []*heldInfo
-	for id, h := range w.held {
-		if h.answered && !h.lost && !w.fullyDeliveredLocked(id, h.source) {
-			check = append(check, h)
-		}
-	}
-	w.mu.Unlock()
 	lost := 0
-	for _, h := range check {
-		pv, err1 := n.st.ReadPen(h.ref)
-		iv, err2 := n.st.Get(store.HookIDKey(h.ref.ID))
+	for _, hr := range w.heldRows(n, func(id [16]byte, h *heldInfo) bool {
+		return h.answered && !h.lost && !w.fullyDeliveredLocked(id, h.source)
+	}) {
 		if os.Getenv("SIM_DEBUG") != "" {
-			w.tracef("debug: after the host loss req %d: pen row %v (%v), id row %v (%v)", h.req, pv != nil, err1, iv != nil, err2)
+			w.tracef("debug: after the host loss req %d: pen row %v, id row %v (%v)", hr.h.req, hr.pen, hr.hook, hr.err)
 		}
-		if err1 == nil && err2 == nil && pv == nil && iv == nil {
+		if hr.err == nil && !hr.pen && !hr.hook {
 			lost++
 			w.mu.Lock()
-			h.lost = true
+			hr.h.lost = true
 			w.mu.Unlock()
 		}
 	}
 	if lost > 0 {
 		w.tracef("host loss took %d held hooks (202) the restored pen lacks", lost)
 	}
+}
+
+// heldRow is what n's store holds of one held hook: its pen row, its id
+// row (err: a read failed, and neither says anything).
+type heldRow struct {
+	h         *heldInfo
+	pen, hook bool
+	err       error
+}
+
+// heldRows reads what n's store holds of every held hook keep admits
+// (keep runs under w.mu; the reads do not).
+func (w *world) heldRows(n *node, keep func(id [16]byte, h *heldInfo) bool) []heldRow {
+	w.mu.Lock()
+	var check []*heldInfo
+	for id, h := range w.held {
+		if keep(id, h) {
+			check = append(check, h)
+		}
+	}
+	w.mu.Unlock()
+	out := make([]heldRow, 0, len(check))
+	for _, h := range check {
+		pv, err := n.st.ReadPen(h.ref)
+		iv, err2 := n.st.Get(store.HookIDKey(h.ref.ID))
+		out = append(out, heldRow{h: h, pen: pv != nil, hook: iv != nil, err: errors.Join(err, err2)})
+	}
+	return out
 }
 
 // releaseQueue is the node's queue as the releaser commits through it
@@ -387,20 +388,12 @@ func (s releaseQueue) Submit(ctx context.Context, rec *queue.Record) (queue.Resu
 // starts: it marks the held hooks the store holds both as a hook and as a
 // pen row (heldInfo.both), and traces how many.
 func (w *world) noteHeldAndStored(n *node) {
-	w.mu.Lock()
-	var check []*heldInfo
-	for _, h := range w.held {
-		check = append(check, h)
-	}
-	w.mu.Unlock()
 	both := 0
-	for _, h := range check {
-		pv, err1 := n.st.ReadPen(h.ref)
-		iv, err2 := n.st.Get(store.HookIDKey(h.ref.ID))
-		if err1 == nil && err2 == nil && pv != nil && iv != nil {
+	for _, hr := range w.heldRows(n, func([16]byte, *heldInfo) bool { return true }) {
+		if hr.err == nil && hr.pen && hr.hook {
 			both++
 			w.mu.Lock()
-			h.both = true
+			hr.h.both = true
 			w.mu.Unlock()
 		}
 	}

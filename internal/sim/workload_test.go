@@ -119,13 +119,15 @@ func (w *world) record(r request, n *node) *queue.Record {
 	return rec
 }
 
-// client is one provider: it submits until it sees a 201, up to six
-// attempts, with the retries a provider makes.
-func (w *world) client(r request, crng *rand.Rand) {
+// provide runs one provider's attempts at r, up to six, each against the
+// node up at that instant (none up: the connection is refused, and the
+// provider tries again a second later). try makes one attempt and says
+// whether the provider is done, and otherwise how long it waits before
+// the next. Every wake of a provider lands on an instant of its own (a
+// seeded offset under a millisecond): two goroutines woken at one instant
+// run in the scheduler's order, which a replay need not repeat.
+func (w *world) provide(r request, crng *rand.Rand, try func(n *node, att int) (done bool, wait time.Duration)) {
 	defer w.clients.Done()
-	// Every wake of a provider lands on an instant of its own (a seeded
-	// offset under a millisecond): two goroutines woken at one instant run
-	// in the scheduler's order, which a replay need not repeat.
 	sleep := func(d time.Duration) { time.Sleep(d + time.Duration(1+crng.IntN(999))*time.Microsecond) }
 	sleep(0)
 	for att := 1; att <= 6; att++ {
@@ -138,6 +140,32 @@ func (w *world) client(r request, crng *rand.Rand) {
 			sleep(time.Second)
 			continue
 		}
+		done, wait := try(n, att)
+		if done {
+			return
+		}
+		sleep(wait)
+	}
+}
+
+// dropped is a provider's wait after a dropped connection or a 503.
+func dropped(crng *rand.Rand) time.Duration {
+	return time.Duration(1000+crng.IntN(2000)) * time.Millisecond
+}
+
+// answerLost reports whether the answer to a successful attempt was lost
+// on the way back (the provider retries), with the wait before it does.
+func answerLost(crng *rand.Rand) (bool, time.Duration) {
+	if crng.IntN(8) != 0 {
+		return false, 0
+	}
+	return true, time.Duration(500+crng.IntN(2000)) * time.Millisecond
+}
+
+// client is one provider: it submits until it sees a 201, up to six
+// attempts, with the retries a provider makes.
+func (w *world) client(r request, crng *rand.Rand) {
+	w.provide(r, crng, func(n *node, att int) (bool, time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		res, err := n.q.Submit(ctx, w.record(r, n))
 		cancel()
@@ -145,25 +173,20 @@ func (w *world) client(r request, crng *rand.Rand) {
 			// The process died before the answer left: the provider sees a
 			// dropped connection, whatever the queue decided.
 			w.tracef("req %d att %d: connection dropped", r.n, att)
-			sleep(time.Duration(1000+crng.IntN(2000)) * time.Millisecond)
-			continue
+			return false, dropped(crng)
 		}
 		if err == nil {
 			w.onAck(r, att, res, n)
-			if crng.IntN(8) == 0 {
-				// The 201 was lost on the way back: the provider retries.
-				sleep(time.Duration(500+crng.IntN(2000)) * time.Millisecond)
-				continue
-			}
-			return
+			lost, wait := answerLost(crng) // the 201 lost on the way back
+			return !lost, wait
 		}
 		w.onRefusal(r, att, err)
-		wait := time.Duration(1000+crng.IntN(2000)) * time.Millisecond
+		wait := dropped(crng)
 		if errors.Is(err, queue.ErrIntakePending) {
 			wait = time.Second // Retry-After: 1
 		}
-		sleep(wait)
-	}
+		return false, wait
+	})
 }
 
 func refusal(err error) string {
