@@ -248,10 +248,9 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 			skipped++
 			continue
 		}
-		// A malformed id index row still names a stored hook (LookupHookID):
-		// skipped, never written twice.
-		_, local, err := d.st.LookupHookID(env.ID)
-		if err != nil && !errors.Is(err, store.ErrCorrupt) {
+		// Skipped, never written twice (a malformed id row counts too).
+		local, err := d.st.HookIDStored(env.ID)
+		if err != nil {
 			return
 		}
 		occupied, err := d.st.ReadHook(env.Seq)

@@ -222,8 +222,8 @@ func (r *Release) releaseOne(ctx context.Context, it item) (released, error) {
 			return stays, nil
 		}
 	}
-	_, committed, err := r.pen.st.LookupHookID(env.ID)
-	if err != nil && !errors.Is(err, store.ErrCorrupt) {
+	committed, err := r.pen.st.HookIDStored(env.ID)
+	if err != nil {
 		return stays, fmt.Errorf("quarantine: release: %w", err)
 	}
 	if committed {

@@ -247,7 +247,7 @@ func (a *applier) flush() error {
 			a.sum.Present++
 			continue
 		}
-		if has, err := a.stored(env.ID); err != nil {
+		if has, err := a.st.HookIDStored(env.ID); err != nil {
 			return err
 		} else if has {
 			a.sum.Present++
@@ -305,7 +305,7 @@ func (a *applier) flushCollided() error {
 		if err != nil {
 			continue
 		}
-		if has, err := a.stored(env.ID); err != nil {
+		if has, err := a.st.HookIDStored(env.ID); err != nil {
 			return err
 		} else if has {
 			a.sum.Present++
@@ -317,16 +317,6 @@ func (a *applier) flushCollided() error {
 	}
 	a.collided = nil
 	return a.commit(b)
-}
-
-// stored reports whether a hook with id is in the store. A malformed id
-// index row still names a stored hook (LookupHookID).
-func (a *applier) stored(id [16]byte) (bool, error) {
-	_, has, err := a.st.LookupHookID(id)
-	if err != nil && !errors.Is(err, store.ErrCorrupt) {
-		return false, fmt.Errorf("look up hook %x: %w", id, err)
-	}
-	return has, nil
 }
 
 // write adds one hook under seq to b, and the delete of the pen row it

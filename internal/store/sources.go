@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -137,4 +138,17 @@ func (s *Store) LookupHookID(id [16]byte) (seq uint64, ok bool, err error) {
 		return 0, true, fmt.Errorf("hook index %x: %w", id, ErrCorrupt)
 	}
 	return seq, true, nil
+}
+
+// HookIDStored reports whether a hook holds id: its id row exists, also
+// one that does not hold a seq (LookupHookID's ErrCorrupt: the id is
+// indexed either way). It is the check of the writers that must never
+// write an id twice: boot recovery's replay, a quarantine release, an
+// archive replay.
+func (s *Store) HookIDStored(id [16]byte) (bool, error) {
+	_, ok, err := s.LookupHookID(id)
+	if err != nil && !errors.Is(err, ErrCorrupt) {
+		return false, fmt.Errorf("look up hook %x: %w", id, err)
+	}
+	return ok, nil
 }
