@@ -180,7 +180,12 @@ type Dispatcher struct {
 	wake    chan struct{} // capacity 1
 	results chan result
 	work    chan claimed // claims for the workers; capacity MaxInflight
-	cmds    chan func()  // run on the loop goroutine (replay job changes)
+	// noIOWork carries a scan pass's claims of sinks that do no I/O to
+	// noIOWorker; capacity MaxInflight (scan.go).
+	noIOWork chan []claimed
+	// noIOSpare holds batches noIOWorker is done with, for the next ones.
+	noIOSpare chan []claimed
+	cmds      chan func() // run on the loop goroutine (replay job changes)
 
 	// owned by the run goroutine
 	inflight      int
@@ -292,13 +297,15 @@ func New(st *store.Store, o Options) *Dispatcher {
 	o.fill()
 	return &Dispatcher{
 		o: o, st: st, log: o.Logger.With("component", "dispatch"),
-		wake:     make(chan struct{}, 1),
-		results:  make(chan result, o.MaxInflight),
-		work:     make(chan claimed, o.MaxInflight),
-		cmds:     make(chan func()),
-		breakers: make(map[uint16]*breaker),
-		parked:   make(map[uint16]int64),
-		jobs:     make(map[string]*job),
+		wake:      make(chan struct{}, 1),
+		results:   make(chan result, o.MaxInflight),
+		work:      make(chan claimed, o.MaxInflight),
+		noIOWork:  make(chan []claimed, o.MaxInflight),
+		noIOSpare: make(chan []claimed, 4),
+		cmds:      make(chan func()),
+		breakers:  make(map[uint16]*breaker),
+		parked:    make(map[uint16]int64),
+		jobs:      make(map[string]*job),
 	}
 }
 
@@ -346,6 +353,8 @@ func (d *Dispatcher) Start() error {
 		d.workers.Add(1)
 		go d.worker(ctx)
 	}
+	d.workers.Add(1)
+	go d.noIOWorker(ctx)
 	go func() {
 		defer close(d.done)
 		d.run(ctx)
