@@ -555,45 +555,58 @@ func (blockingNoIO) NoIO() {}
 
 // TestDispatch_ANoIOSinkThatBlocksHoldsUpNoOtherSink: a sink that does no
 // I/O (sink.NoIO) but blocks in Deliver holds up only itself; the hooks'
-// other sink is delivered everything meanwhile. Before, its attempts ran on
-// the pool's workers like any other, and each of its claims took one
-// until no worker was left for the other sink.
+// other sink is delivered everything meanwhile, also once more of the
+// blocked sink's hooks are due than may be in flight. Before, its attempts
+// ran on the pool's workers like any other, and each of its claims took
+// one until no worker was left for the other sink (1 of 6 hooks got
+// through); and without a bound of their own its claims would fill
+// dispatch.max_inflight.
 func TestDispatch_ANoIOSinkThatBlocksHoldsUpNoOtherSink(t *testing.T) {
-	const hooks, workers = 6, 2
-	stuck := newScripted()
-	stuck.block = make(chan struct{})
-	out := newScripted()
-	e := setupWith(t, map[uint16]dispatch.Target{
-		0: {ID: "log", Sink: blockingNoIO{stuck}},
-		1: {ID: "out", Sink: out},
-	}, dispatch.Options{Concurrency: workers}, true)
-	var seqs []uint64
-	for i := range hooks {
-		r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
-			Body: fmt.Appendf(nil, "hook %d", i), Sinks: []queue.SinkRef{{Num: 0, ID: "log"}, {Num: 1, ID: "out"}}}
-		res, err := e.q.Submit(context.Background(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seqs = append(seqs, res.Seq)
-	}
-	testutil.Receive(t, stuck.entered, "the blocking sink was never attempted")
-	got := map[uint64]bool{}
-	for len(got) < hooks {
-		m := testutil.Receive(t, out.seen, fmt.Sprintf("the other sink got %d of %d hooks while the NoIO sink blocked", len(got), hooks))
-		got[m.Seq] = true
-	}
-	close(stuck.block)
-	testutil.Eventually(t, 10*time.Second, "every hook delivered to both sinks and removed", func() bool {
-		for _, seq := range seqs {
-			for _, num := range []uint16{0, 1} {
-				if dl, err := e.st.ReadDelivery(seq, num); err != nil || dl != nil {
-					return false
+	for _, tc := range []struct {
+		name        string
+		hooks       int
+		maxInflight int
+	}{
+		{"fewer hooks than the pool's workers could take", 6, 0},
+		{"more hooks than max_inflight", 12, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stuck := newScripted()
+			stuck.block = make(chan struct{})
+			out := newScripted()
+			e := setupWith(t, map[uint16]dispatch.Target{
+				0: {ID: "log", Sink: blockingNoIO{stuck}},
+				1: {ID: "out", Sink: out},
+			}, dispatch.Options{Concurrency: 2, MaxInflight: tc.maxInflight}, true)
+			var seqs []uint64
+			for i := range tc.hooks {
+				r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
+					Body: fmt.Appendf(nil, "hook %d", i), Sinks: []queue.SinkRef{{Num: 0, ID: "log"}, {Num: 1, ID: "out"}}}
+				res, err := e.q.Submit(context.Background(), r)
+				if err != nil {
+					t.Fatal(err)
 				}
+				seqs = append(seqs, res.Seq)
 			}
-		}
-		return true
-	})
+			testutil.Receive(t, stuck.entered, "the blocking sink was never attempted")
+			got := map[uint64]bool{}
+			for len(got) < tc.hooks {
+				m := testutil.Receive(t, out.seen, fmt.Sprintf("the other sink got %d of %d hooks while the NoIO sink blocked", len(got), tc.hooks))
+				got[m.Seq] = true
+			}
+			close(stuck.block)
+			testutil.Eventually(t, 10*time.Second, "every hook delivered to both sinks and removed", func() bool {
+				for _, seq := range seqs {
+					for _, num := range []uint16{0, 1} {
+						if dl, err := e.st.ReadDelivery(seq, num); err != nil || dl != nil {
+							return false
+						}
+					}
+				}
+				return true
+			})
+		})
+	}
 }
 
 // A delivery with a second due key (a retry's batch a reopen dropped

@@ -159,6 +159,8 @@ type claimed struct {
 	// value is the hook's envelope from the hot cache (nil: the attempt
 	// reads the hook row).
 	value []byte
+	// noIO: handed to noIOWorker, counted in noIOInflight until recorded.
+	noIO bool
 }
 
 type result struct {
@@ -190,6 +192,9 @@ type Dispatcher struct {
 	// owned by the run goroutine
 	inflight      int
 	inflightBytes int64
+	// noIOInflight counts the claims in inflight handed to noIOWorker
+	// (bounded by noIOMax, scan.go).
+	noIOInflight int
 	// claims are the deliveries claimed, in memory only (claims.go): K1,
 	// K2. Written by the run goroutine; read by anyone.
 	claims claimSet

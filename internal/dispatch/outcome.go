@@ -73,6 +73,9 @@ func (d *Dispatcher) record(rs []result) {
 		c := r.c
 		d.inflight--
 		d.inflightBytes -= c.size
+		if c.noIO {
+			d.noIOInflight--
+		}
 		if isCancel(r.err) {
 			// Shutdown interrupted the attempt: not the sink's fault. The
 			// row stays due, attempted again (at the next start) without
@@ -157,6 +160,9 @@ func (d *Dispatcher) record(rs []result) {
 		for _, r := range rs {
 			d.inflight++
 			d.inflightBytes += r.c.size
+			if r.c.noIO {
+				d.noIOInflight++
+			}
 		}
 		d.unrecorded = append(d.unrecorded, rs...)
 		return

@@ -81,6 +81,8 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 			if noIO == nil {
 				noIO = d.noIOBatch(len(claims))
 			}
+			c.noIO = true
+			d.noIOInflight++
 			noIO = append(noIO, c)
 			continue
 		}
@@ -158,16 +160,29 @@ func (d *Dispatcher) collect(p *pass) error {
 }
 
 // roundRobin picks up to p.free candidates, one per sink in turn; a
-// half-open sink gets exactly one (its probe).
+// half-open sink gets exactly one (its probe); the sinks that do no I/O
+// together get at most noIOMax in flight.
 func (d *Dispatcher) roundRobin(p *pass) []candidate {
 	var picked []candidate
 	probing := map[uint16]bool{}
+	noIOFree := d.noIOMax() - d.noIOInflight
 	for len(picked) < p.free {
 		progress := false
 		for _, num := range p.order {
 			q := p.byNum[num]
 			if len(q) == 0 || len(picked) >= p.free {
 				continue
+			}
+			if d.doesNoIO(num) {
+				if noIOFree <= 0 {
+					// Left due: the cursor must stay at or below them.
+					for _, c := range q {
+						p.leave(c.at)
+					}
+					p.byNum[num] = nil
+					continue
+				}
+				noIOFree--
 			}
 			if b := d.breakers[num]; b != nil && b.halfOpen(p.now) {
 				// Half-open: exactly one real attempt probes the sink.
@@ -427,14 +442,18 @@ func (d *Dispatcher) noIOWorker(ctx context.Context) {
 	for {
 		select {
 		case cs := <-d.noIOWork:
-			for _, c := range cs {
+			for i := range cs {
+				// Cleared as it is taken: the batch must keep no envelope
+				// of an attempt already recorded alive while a later one
+				// runs (MaxInflightBytes), nor any once kept for the next.
+				c := cs[i]
+				cs[i] = claimed{}
 				if err := ctx.Err(); err != nil {
 					d.results <- result{c: c, err: err} // stopping: answered as unstarted
 					continue
 				}
 				d.attempt(ctx, c, m)
 			}
-			clear(cs) // kept for a next batch: it must keep no envelope alive
 			select {
 			case d.noIOSpare <- cs[:0]:
 			default:
@@ -454,6 +473,15 @@ func (d *Dispatcher) noIOBatch(n int) []claimed {
 	default:
 		return make([]claimed, 0, n)
 	}
+}
+
+// noIOMax bounds the claims in flight of the sinks that do no I/O, all of
+// them together, below MaxInflight: they have no deadline and no breaker
+// (nothing ends a blocked one), so without it a NoIO sink blocked in
+// Deliver would gather claims until MaxInflight was reached, and from
+// then on no sink would be claimed anything.
+func (d *Dispatcher) noIOMax() int {
+	return max(1, min(d.o.ScanBatch, d.o.MaxInflight/2))
 }
 
 // doesNoIO reports whether sink num's attempts go to noIOWorker.

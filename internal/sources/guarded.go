@@ -35,6 +35,21 @@ func newGuarded(id string, s sink.Sink, log *slog.Logger) *guarded {
 	return &guarded{id: id, inner: s, log: log}
 }
 
+// guardedNoIO is a guarded sink whose inner sink does no I/O (sink.NoIO):
+// the guard adds none, so the dispatcher may treat it as the inner one.
+type guardedNoIO struct{ *guarded }
+
+func (guardedNoIO) NoIO() {}
+
+// target is g as the dispatcher's target: doing no I/O when its inner
+// sink does none (an API source's log sink).
+func (g *guarded) target() sink.Sink {
+	if _, ok := g.inner.(sink.NoIO); ok {
+		return guardedNoIO{g}
+	}
+	return g
+}
+
 func (g *guarded) Deliver(ctx context.Context, m *sink.Message) error {
 	g.mu.Lock()
 	if g.retired {

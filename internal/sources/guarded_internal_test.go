@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ankusa/ankusa/internal/sink"
+	"github.com/ankusa/ankusa/internal/sink/logsink"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
 
@@ -67,5 +68,35 @@ func TestGuarded_IdleCloseIsImmediate(t *testing.T) {
 	_ = g.Close()
 	if n := h.closed.Load(); n != 1 {
 		t.Errorf("closed %d times, want 1", n)
+	}
+}
+
+// TestGuarded_TargetDoesNoIOExactlyWhenItsSinkDoesNone: an API source's
+// log sink reaches the dispatcher as a sink that does no I/O (sink.NoIO),
+// so its attempts get no deadline and their own worker, as a configured
+// source's do; any other sink does not. Before, the guard hid NoIO.
+func TestGuarded_TargetDoesNoIOExactlyWhenItsSinkDoesNone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		inner sink.Sink
+		noIO  bool
+	}{
+		{"the log sink", logsink.New(testutil.Logger(t)), true},
+		{"a sink that does I/O", &holdSink{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := newGuarded("out", tc.inner, testutil.Logger(t)).target()
+			if _, got := target.(sink.NoIO); got != tc.noIO {
+				t.Fatalf("target implements sink.NoIO: %v, want %v", got, tc.noIO)
+			}
+			if tc.noIO {
+				if err := target.Deliver(context.Background(), &sink.Message{}); err != nil {
+					t.Fatalf("Deliver through the guard: %v", err)
+				}
+			}
+			if err := target.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -541,7 +541,7 @@ func (m *Manager) buildWith(rec record, nums map[store.SinkRef]uint16) (*entry, 
 func (m *Manager) register(e, prev *entry) {
 	for _, num := range e.nums {
 		g := e.sinks[num]
-		if old, replaced := m.o.Dispatch.SetTarget(num, dispatch.Target{ID: g.id, Sink: g}); replaced && old.Sink != nil {
+		if old, replaced := m.o.Dispatch.SetTarget(num, dispatch.Target{ID: g.id, Sink: g.target()}); replaced && old.Sink != nil {
 			_ = old.Sink.Close()
 		}
 	}
@@ -570,7 +570,7 @@ func (m *Manager) unregister(e *entry) {
 func (m *Manager) restore(e *entry) {
 	for _, num := range e.nums {
 		g := e.sinks[num]
-		m.o.Dispatch.SetTarget(num, dispatch.Target{ID: g.id, Sink: g})
+		m.o.Dispatch.SetTarget(num, dispatch.Target{ID: g.id, Sink: g.target()})
 	}
 	m.o.Registry.Put(e.src)
 }
