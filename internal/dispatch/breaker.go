@@ -55,6 +55,20 @@ func (d *Dispatcher) park(num uint16, at int64) {
 	}
 }
 
+// unparkNoIO hands the rows of the sinks that do no I/O back to the scan
+// once their claims are below noIOMax again (collect parked them at it). A
+// NoIO sink parked by its breaker instead is parked again by the next scan.
+func (d *Dispatcher) unparkNoIO() {
+	if d.noIOInflight >= d.noIOMax() {
+		return
+	}
+	for num := range d.parked {
+		if d.doesNoIO(num) {
+			d.unpark(num)
+		}
+	}
+}
+
 // unpark hands sink num's parked rows back to the scan: its breaker closed.
 func (d *Dispatcher) unpark(num uint16) {
 	if at, ok := d.parked[num]; ok {

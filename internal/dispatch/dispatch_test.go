@@ -559,16 +559,21 @@ func (blockingNoIO) NoIO() {}
 // blocked sink's hooks are due than may be in flight. Before, its attempts
 // ran on the pool's workers like any other, and each of its claims took
 // one until no worker was left for the other sink (1 of 6 hooks got
-// through); and without a bound of their own its claims would fill
-// dispatch.max_inflight.
+// through); without a bound of their own its claims would fill
+// dispatch.max_inflight (3 of 12); and at the bound, its rows left due
+// filled every scan's window (9 of 40) until they were parked.
 func TestDispatch_ANoIOSinkThatBlocksHoldsUpNoOtherSink(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		hooks       int
 		maxInflight int
+		scanBatch   int
 	}{
-		{"fewer hooks than the pool's workers could take", 6, 0},
-		{"more hooks than max_inflight", 12, 4},
+		{"fewer hooks than the pool's workers could take", 6, 0, 0},
+		{"more hooks than max_inflight", 12, 4, 0},
+		// The scan's window is 4×scan_batch rows: the blocked sink's
+		// unclaimed backlog must not fill it.
+		{"a backlog beyond the scan's window", 40, 4, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stuck := newScripted()
@@ -577,7 +582,7 @@ func TestDispatch_ANoIOSinkThatBlocksHoldsUpNoOtherSink(t *testing.T) {
 			e := setupWith(t, map[uint16]dispatch.Target{
 				0: {ID: "log", Sink: blockingNoIO{stuck}},
 				1: {ID: "out", Sink: out},
-			}, dispatch.Options{Concurrency: 2, MaxInflight: tc.maxInflight}, true)
+			}, dispatch.Options{Concurrency: 2, MaxInflight: tc.maxInflight, ScanBatch: tc.scanBatch}, true)
 			var seqs []uint64
 			for i := range tc.hooks {
 				r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",

@@ -226,7 +226,9 @@ type Dispatcher struct {
 	// scan has not claimed belongs to a sink in parked, at or after its
 	// time there. A half-open breaker's probe is looked up from there
 	// (probeParked); the first success of the sink moves the cursor back
-	// to it (unpark).
+	// to it (unpark). The sinks that do no I/O are parked the same way
+	// while their claims are at noIOMax, and unparked once a recorded
+	// outcome takes them below it (unparkNoIO).
 	parked   map[uint16]int64
 	breakers map[uint16]*breaker
 	// hot holds new hooks the commit path handed over (hot.go).

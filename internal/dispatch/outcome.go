@@ -170,6 +170,7 @@ func (d *Dispatcher) record(rs []result) {
 	// Only now (K2): while the write is retried the rows are still
 	// claimed, and a scrape must not see them go before their outcome.
 	d.claims.release(rs)
+	d.unparkNoIO()
 	for _, r := range rs {
 		if isCancel(r.err) {
 			d.noteDue(r.c.at) // K2: the row stays due behind the cursor

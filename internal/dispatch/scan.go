@@ -102,6 +102,7 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 func (d *Dispatcher) collect(p *pass) error {
 	durable := d.o.Durable()
 	limit := 4 * d.o.ScanBatch
+	noIOFull := d.noIOInflight >= d.noIOMax()
 	// Start at the cursor: below it are only the tombstones of rows already
 	// claimed, which an LSM would otherwise step over on every scan.
 	return d.st.ScanDue(d.low, func(at int64, seq uint64, num uint16) bool {
@@ -140,6 +141,15 @@ func (d *Dispatcher) collect(p *pass) error {
 			d.park(num, at)
 			return true
 		}
+		if noIOFull && d.doesNoIO(num) {
+			// Parked too (D2), while the NoIO sinks hold noIOMax claims:
+			// left due under the cursor instead, a blocked NoIO sink's
+			// backlog would fill every scan's window (limit) and no row
+			// behind it, of any sink, would be claimed again. Unparked
+			// when one of their claims is recorded (record).
+			d.park(num, at)
+			return true
+		}
 		p.seen++ // every row walked counts toward the limit, kept or not
 		q, ok := p.byNum[num]
 		if !ok {
@@ -173,16 +183,14 @@ func (d *Dispatcher) roundRobin(p *pass) []candidate {
 			if len(q) == 0 || len(picked) >= p.free {
 				continue
 			}
-			if d.doesNoIO(num) {
-				if noIOFree <= 0 {
-					// Left due: the cursor must stay at or below them.
-					for _, c := range q {
-						p.leave(c.at)
-					}
-					p.byNum[num] = nil
-					continue
+			noIO := d.doesNoIO(num)
+			if noIO && noIOFree <= 0 {
+				// Left due: the cursor must stay at or below them.
+				for _, c := range q {
+					p.leave(c.at)
 				}
-				noIOFree--
+				p.byNum[num] = nil
+				continue
 			}
 			if b := d.breakers[num]; b != nil && b.halfOpen(p.now) {
 				// Half-open: exactly one real attempt probes the sink.
@@ -195,6 +203,9 @@ func (d *Dispatcher) roundRobin(p *pass) []candidate {
 					continue
 				}
 				probing[num] = true
+			}
+			if noIO {
+				noIOFree--
 			}
 			picked = append(picked, q[0])
 			p.byNum[num] = q[1:]
@@ -479,7 +490,8 @@ func (d *Dispatcher) noIOBatch(n int) []claimed {
 // them together, below MaxInflight: they have no deadline and no breaker
 // (nothing ends a blocked one), so without it a NoIO sink blocked in
 // Deliver would gather claims until MaxInflight was reached, and from
-// then on no sink would be claimed anything.
+// then on no sink would be claimed anything. At the bound their rows are
+// parked (collect), as an open breaker's are.
 func (d *Dispatcher) noIOMax() int {
 	return max(1, min(d.o.ScanBatch, d.o.MaxInflight/2))
 }
