@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/ankusa/ankusa/internal/sink"
 )
@@ -41,11 +42,25 @@ type guardedNoIO struct{ *guarded }
 
 func (guardedNoIO) NoIO() {}
 
-// target is g as the dispatcher's target: doing no I/O when its inner
-// sink does none (an API source's log sink).
+// guardedBounded is a guarded sink whose inner sink bounds its attempts
+// itself (sink.Bounded, an http sink's timeout_ms): the dispatcher then
+// gives them that one deadline, and its error names the sink's timeout.
+type guardedBounded struct {
+	*guarded
+	b sink.Bounded
+}
+
+func (g guardedBounded) AttemptBound() time.Duration { return g.b.AttemptBound() }
+
+// target is g as the dispatcher's target, with what the dispatcher asks
+// of its inner sink: no I/O (an API source's log sink), or its own bound
+// (an API source's http sink).
 func (g *guarded) target() sink.Sink {
-	if _, ok := g.inner.(sink.NoIO); ok {
+	switch in := g.inner.(type) {
+	case sink.NoIO:
 		return guardedNoIO{g}
+	case sink.Bounded:
+		return guardedBounded{g, in}
 	}
 	return g
 }

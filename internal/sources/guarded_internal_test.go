@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/sink/logsink"
@@ -71,23 +72,39 @@ func TestGuarded_IdleCloseIsImmediate(t *testing.T) {
 	}
 }
 
+// boundedHold is a holdSink that bounds its attempts itself (sink.Bounded).
+type boundedHold struct{ *holdSink }
+
+func (boundedHold) AttemptBound() time.Duration { return 1500 * time.Millisecond }
+
 // TestGuarded_TargetDoesNoIOExactlyWhenItsSinkDoesNone: an API source's
 // log sink reaches the dispatcher as a sink that does no I/O (sink.NoIO),
 // so its attempts get no deadline and their own worker, as a configured
-// source's do; any other sink does not. Before, the guard hid NoIO.
+// source's do; an http sink keeps its own bound (sink.Bounded), so its
+// attempts get that one deadline; any other sink is neither. Before, the
+// guard hid both.
 func TestGuarded_TargetDoesNoIOExactlyWhenItsSinkDoesNone(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		inner sink.Sink
 		noIO  bool
+		bound time.Duration
 	}{
-		{"the log sink", logsink.New(testutil.Logger(t)), true},
-		{"a sink that does I/O", &holdSink{}, false},
+		{"the log sink", logsink.New(testutil.Logger(t)), true, 0},
+		{"a sink that bounds its attempts", boundedHold{&holdSink{}}, false, 1500 * time.Millisecond},
+		{"a sink that does I/O", &holdSink{}, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			target := newGuarded("out", tc.inner, testutil.Logger(t)).target()
 			if _, got := target.(sink.NoIO); got != tc.noIO {
 				t.Fatalf("target implements sink.NoIO: %v, want %v", got, tc.noIO)
+			}
+			var bound time.Duration
+			if b, ok := target.(sink.Bounded); ok {
+				bound = b.AttemptBound()
+			}
+			if bound != tc.bound {
+				t.Fatalf("target's attempt bound: %v, want %v (0: not sink.Bounded)", bound, tc.bound)
 			}
 			if tc.noIO {
 				if err := target.Deliver(context.Background(), &sink.Message{}); err != nil {
