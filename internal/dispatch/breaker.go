@@ -56,8 +56,9 @@ func (d *Dispatcher) park(num uint16, at int64) {
 }
 
 // unparkNoIO hands the rows of the sinks that do no I/O back to the scan
-// once their claims are below noIOMax again (collect parked them at it). A
-// NoIO sink parked by its breaker instead is parked again by the next scan.
+// once their claims are below noIOMax again (collect parked them at it);
+// record calls it when it recorded a NoIO claim. A NoIO sink parked by its
+// breaker instead is parked again by the next scan.
 func (d *Dispatcher) unparkNoIO() {
 	if d.noIOInflight >= d.noIOMax() {
 		return

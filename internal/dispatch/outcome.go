@@ -68,6 +68,9 @@ func (d *Dispatcher) record(rs []result) {
 	}
 	done := sc.done
 	dead := 0
+	// noIODone: a NoIO claim is recorded here, so the NoIO sinks may be
+	// below their bound again (unparkNoIO).
+	noIODone := false
 	gen := d.st.Generation()
 	for _, r := range rs {
 		c := r.c
@@ -75,6 +78,7 @@ func (d *Dispatcher) record(rs []result) {
 		d.inflightBytes -= c.size
 		if c.noIO {
 			d.noIOInflight--
+			noIODone = true
 		}
 		if isCancel(r.err) {
 			// Shutdown interrupted the attempt: not the sink's fault. The
@@ -170,7 +174,9 @@ func (d *Dispatcher) record(rs []result) {
 	// Only now (K2): while the write is retried the rows are still
 	// claimed, and a scrape must not see them go before their outcome.
 	d.claims.release(rs)
-	d.unparkNoIO()
+	if noIODone {
+		d.unparkNoIO()
+	}
 	for _, r := range rs {
 		if isCancel(r.err) {
 			d.noteDue(r.c.at) // K2: the row stays due behind the cursor

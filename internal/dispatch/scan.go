@@ -28,7 +28,11 @@ type pass struct {
 	// the sinks in the order first seen.
 	byNum map[uint16][]candidate
 	order []uint16
-	seen  int
+	// noIO memoises doesNoIO per sink (noIOOf): the bound (roundRobin,
+	// collect) and the routing (scanAndClaim) decide a pass's claims from
+	// one reading of the targets.
+	noIO map[uint16]bool
+	seen int
 	// low is the earliest row this pass leaves due (-1: none), lastAt the
 	// time of the last row it stepped over (stepped: it stepped over one):
 	// together they become the cursor (settle).
@@ -77,7 +81,7 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 	// claims took a worker until none was left for any sink.
 	var noIO []claimed
 	for _, c := range claims {
-		if d.doesNoIO(c.num) {
+		if p.noIOOf(d, c.num) {
 			if noIO == nil {
 				noIO = d.noIOBatch(len(claims))
 			}
@@ -141,7 +145,7 @@ func (d *Dispatcher) collect(p *pass) error {
 			d.park(num, at)
 			return true
 		}
-		if noIOFull && d.doesNoIO(num) {
+		if noIOFull && p.noIOOf(d, num) {
 			// Parked too (D2), while the NoIO sinks hold noIOMax claims:
 			// left due under the cursor instead, a blocked NoIO sink's
 			// backlog would fill every scan's window (limit) and no row
@@ -183,7 +187,7 @@ func (d *Dispatcher) roundRobin(p *pass) []candidate {
 			if len(q) == 0 || len(picked) >= p.free {
 				continue
 			}
-			noIO := d.doesNoIO(num)
+			noIO := p.noIOOf(d, num)
 			if noIO && noIOFree <= 0 {
 				// Left due: the cursor must stay at or below them.
 				for _, c := range q {
@@ -494,6 +498,19 @@ func (d *Dispatcher) noIOBatch(n int) []claimed {
 // parked (collect), as an open breaker's are.
 func (d *Dispatcher) noIOMax() int {
 	return max(1, min(d.o.ScanBatch, d.o.MaxInflight/2))
+}
+
+// noIOOf is d.doesNoIO(num), read once per sink in a pass.
+func (p *pass) noIOOf(d *Dispatcher, num uint16) bool {
+	v, ok := p.noIO[num]
+	if !ok {
+		if p.noIO == nil {
+			p.noIO = map[uint16]bool{}
+		}
+		v = d.doesNoIO(num)
+		p.noIO[num] = v
+	}
+	return v
 }
 
 // doesNoIO reports whether sink num's attempts go to noIOWorker.

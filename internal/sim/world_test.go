@@ -393,9 +393,10 @@ func (w *world) boot() error {
 	}
 	targets := map[uint16]dispatch.Target{}
 	for ref, num := range nums {
-		var sk sink.Sink = &simSink{w: w, n: n, id: ref.Sink}
+		ss := &simSink{w: w, n: n, id: ref.Sink}
+		var sk sink.Sink = ss
 		if ref.Sink == "l" {
-			sk = simNoIOSink{sk.(*simSink)}
+			sk = simNoIOSink{ss}
 		}
 		targets[num] = dispatch.Target{ID: ref.Sink, Sink: sk}
 	}

@@ -77,8 +77,9 @@ type Bounded interface {
 // one after another on one worker of their own, outside the delivery pool
 // (handing each to a pool worker cost about 3.5 µs). So Deliver must be
 // quick: a slow one delays every NoIO sink's deliveries, though no other
-// sink's (the NoIO sinks' claims in flight have a bound of their own). A sink that talks to a target never implements it; the contract
-// suite (sinktest.Target.DoesIO) checks both ways.
+// sink's (the NoIO sinks' claims in flight have a bound of their own). A
+// sink that talks to a target never implements it; the contract suite
+// (sinktest.Target.DoesIO) checks both ways.
 type NoIO interface {
 	NoIO()
 }
