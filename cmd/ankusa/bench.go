@@ -43,10 +43,11 @@ func bench(args []string) int {
 	body := fs.Int("b", 1024, "request body size in bytes")
 	dur := fs.Duration("d", 10*time.Second, "measured window per run")
 	warmup := fs.Duration("warmup", time.Second, "warmup per run, excluded from the figures")
+	primeFlag := fs.Duration("prime", 2*time.Minute, "the longest each instance's store is primed before its warmup, outside every figure, until warm (its memtables grown to full size: the steady state); 0 for none")
 	dir := fs.String("dir", "", "parent of the per-run data dirs (default: a temp dir, removed after)")
 	gate := fs.Bool("gate", false, "exit 1 if a target is missed or not measured")
 	memprofile := fs.String("memprofile", "", "write an allocation profile of the whole run to this file at the end (go tool pprof -sample_index=alloc_objects; not split by mode: null's allocations are net/http's)")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled mode=null|disk|dual, clients=N; with -client process the load generator is not in it)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled mode=null|disk|dual, clients=N; priming and warmup are in it, under their run's labels; with -client process the load generator is not in it)")
 	modeFlag := fs.String("mode", "disk", "instance modes measured after the null handler at every level: disk, dual, or a comma list (disk,dual)")
 	confirmMs := fs.Int("confirm-ms", 5, "dual mode: the memory intake's confirm latency in ms (intake.memory.confirm_latency_ms)")
 	intakeDir := intakeDirFlag(fs)
@@ -69,8 +70,8 @@ func bench(args []string) int {
 		fmt.Fprintf(os.Stderr, "ankusa bench: -c: %v\n", err)
 		return 64
 	}
-	if *body <= 0 || *dur <= 0 || *warmup < 0 || *confirmMs < 0 || *reps <= 0 {
-		fmt.Fprintln(os.Stderr, "ankusa bench: -b, -d and -reps must be > 0, -warmup and -confirm-ms >= 0")
+	if *body <= 0 || *dur <= 0 || *warmup < 0 || *primeFlag < 0 || *confirmMs < 0 || *reps <= 0 {
+		fmt.Fprintln(os.Stderr, "ankusa bench: -b, -d and -reps must be > 0, -warmup, -prime and -confirm-ms >= 0")
 		return 64
 	}
 	if *clientFlag != harness.ClientProcess && *clientFlag != harness.ClientInProcess {
@@ -107,6 +108,10 @@ func bench(args []string) int {
 	if w == 0 {
 		w = -1 // harness.Options: negative means no warmup, zero the default
 	}
+	primeFor := *primeFlag
+	if primeFor == 0 {
+		primeFor = -1 // likewise
+	}
 
 	stopProfiles, ok := startProfiles("ankusa bench", *cpuprofile, *memprofile)
 	if !ok {
@@ -121,6 +126,7 @@ func bench(args []string) int {
 		BodyBytes: *body,
 		Duration:  *dur,
 		Warmup:    w,
+		Prime:     primeFor,
 		DataDir:   *dir,
 		Out:       os.Stdout,
 		Modes:     modes,

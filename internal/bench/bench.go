@@ -148,6 +148,15 @@ type Options struct {
 	// Reps repeats the whole sequence (every level, null then each mode)
 	// this many times, interleaved, so each ratio gets a range [1].
 	Reps int
+	// Prime is the longest an instance run primes its store before its
+	// warmup and window: the load runs in one-second slices until the
+	// store is warm (store.Store.Warm: Pebble's memtables have grown to
+	// full size, so rows no longer land on never-touched pages, each a
+	// page fault). Without it a fresh store's first ~200 MiB of rows
+	// page-fault their way into the figures (≈ 10 µs per 1 KiB hook on
+	// the development VM, a cost a running server pays once) [2m;
+	// negative means none: the window then starts on a cold store].
+	Prime time.Duration
 	// Retentions, when set, runs every instance mode once per value of
 	// retention.delivered ("0", "2s", "72h"), to measure what keeping
 	// history (and its sweep) costs ingest [the default: 0 only].
@@ -168,6 +177,9 @@ func (o *Options) fill() {
 		o.Warmup = 0
 	} else if o.Warmup == 0 {
 		o.Warmup = time.Second
+	}
+	if o.Prime == 0 {
+		o.Prime = 2 * time.Minute
 	}
 	if o.Out == nil {
 		o.Out = io.Discard
@@ -223,6 +235,17 @@ type Result struct {
 	// were disturbed. GCCPU is the bench process's GC CPU estimate
 	// (runtime/metrics), in cores.
 	CPU, ClientCPU, OtherCPU, GCCPU float64
+
+	// FaultsPerReq is the bench process's page faults (minor and major)
+	// during the window per 201; -1 when unknown. Near zero is the steady
+	// state; a first touch of fresh memory (a cold store's memtable
+	// growth, a heap still growing) costs one fault per 4 KiB page.
+	FaultsPerReq float64
+	// Primed is how long the instance's store was primed before the run
+	// (Options.Prime), and Warm whether it was warm when the run began
+	// (the null handler has no store: Warm is true, Primed zero).
+	Primed time.Duration
+	Warm   bool
 
 	// AllocBytesPerReq and AllocsPerReq are the bench process's heap
 	// allocations during the window (runtime/metrics deltas: bytes, and
@@ -411,6 +434,10 @@ func runInstance(ctx context.Context, o *Options, root string, mode Mode, retent
 	}
 	defer stop()
 	url := in.CatchURL("demo")
+	primed, warm, err := prime(ctx, o, clients, url, body, in.Store().Warm)
+	if err != nil {
+		return Result{}, err
+	}
 	metricsURL := "http://" + in.AdminAddr() + "/metrics"
 	q := in.Queue()
 	// Hooks made durable are counted by durable_seq: seqs are dense, one per
@@ -440,6 +467,7 @@ func runInstance(ctx context.Context, o *Options, root string, mode Mode, retent
 	}
 	r.Roles = roles
 	r.Retention = retention
+	r.Primed, r.Warm = primed, warm
 	r.Fsyncs = s1.syncs - s0.syncs
 	r.Hooks = s1.durable - s0.durable
 	secs := r.Window.Seconds()
@@ -476,6 +504,28 @@ func runInstance(ctx context.Context, o *Options, root string, mode Mode, retent
 		}
 	}
 	return r, nil
+}
+
+// prime runs the load on a fresh instance in one-second slices, outside
+// every figure, until warm says its store is warm or o.Prime has passed
+// (Options.Prime). It returns how long it ran and whether the store got
+// warm.
+func prime(ctx context.Context, o *Options, clients int, url string, body []byte, warm func() bool) (time.Duration, bool, error) {
+	start := time.Now()
+	if o.Prime < 0 {
+		return 0, warm(), nil
+	}
+	slice := *o
+	slice.Warmup, slice.Duration = 0, time.Second
+	for !warm() {
+		if time.Since(start) >= o.Prime {
+			return time.Since(start), false, nil
+		}
+		if _, err := drive(ctx, &slice, ModeNull, clients, url, body, nil); err != nil {
+			return time.Since(start), false, fmt.Errorf("priming the store: %w", err)
+		}
+	}
+	return time.Since(start), true, nil
 }
 
 // windowProbe is called when the measured window opens (atStart) and
@@ -549,7 +599,7 @@ func drive(ctx context.Context, o *Options, mode Mode, clients int, url string, 
 		l, err = generateChild(ctx, o, clients, url, m.start, m.end)
 	}
 	r := Result{Mode: mode, Clients: clients, BodyBytes: len(body), Client: o.Client, Window: l.Window,
-		CPU: -1, ClientCPU: -1, OtherCPU: -1, GCCPU: -1, OK: l.OK, P50: l.P50, P99: l.P99, Max: l.Max, Failures: l.Failures}
+		CPU: -1, ClientCPU: -1, OtherCPU: -1, GCCPU: -1, FaultsPerReq: -1, Warm: true, OK: l.OK, P50: l.P50, P99: l.P99, Max: l.Max, Failures: l.Failures}
 	if err != nil {
 		return r, err
 	}

@@ -3,9 +3,13 @@ package bench
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -29,6 +33,7 @@ func TestRunSanity(t *testing.T) {
 		Clients:  []int{4},
 		Duration: 300 * time.Millisecond,
 		Warmup:   50 * time.Millisecond,
+		Prime:    -1, // cold on purpose: a warm 64 MiB-memtable store takes ~200 MiB of rows
 		DataDir:  t.TempDir(),
 		Out:      &out,
 		Reps:     2,
@@ -67,6 +72,12 @@ func TestRunSanity(t *testing.T) {
 		if r.P50 <= 0 || r.P99 < r.P50 || r.Max < r.P99 {
 			t.Errorf("%s: latencies out of order: p50=%s p99=%s max=%s", r.Mode, r.P50, r.P99, r.Max)
 		}
+		if runtime.GOOS == "linux" && r.FaultsPerReq < 0 {
+			t.Errorf("%s: faults/req unknown on Linux", r.Mode)
+		}
+		if wantWarm := r.Mode == ModeNull; r.Warm != wantWarm || r.Primed != 0 {
+			t.Errorf("%s: warm=%v primed=%s, want warm=%v (no priming: only the null handler, which has no store, counts as warm)", r.Mode, r.Warm, r.Primed, wantWarm)
+		}
 	}
 	d := rs[3]
 	if d.Fsyncs == 0 || d.Hooks == 0 || d.FsyncsPerSec <= 0 {
@@ -78,8 +89,14 @@ func TestRunSanity(t *testing.T) {
 	if !strings.Contains(out.String(), "disk  C=4 B=1024") {
 		t.Errorf("output lacks the disk line:\n%s", out.String())
 	}
+	if !strings.Contains(out.String(), "cold (primed 0s, not warm)") || !strings.Contains(out.String(), "no priming (-prime 0)") {
+		t.Errorf("output does not say the store was cold:\n%s", out.String())
+	}
 	var sum bytes.Buffer
 	v := PrintSummary(&sum, rs)
+	if !strings.Contains(sum.String(), "WARNING: the store was not warm when disk C=4 rep 1, disk C=4 rep 2 began") {
+		t.Errorf("summary lacks the cold-store warning:\n%s", sum.String())
+	}
 	if v.Pass() {
 		t.Errorf("targets at C=512/C=64 were not run, the verdict must not pass:\n%s", sum.String())
 	}
@@ -96,7 +113,7 @@ func TestRunInProcessClient(t *testing.T) {
 	}
 	var out bytes.Buffer
 	rs, err := Run(context.Background(), Options{
-		Clients: []int{2}, Duration: 200 * time.Millisecond, Warmup: -1,
+		Clients: []int{2}, Duration: 200 * time.Millisecond, Warmup: -1, Prime: -1,
 		DataDir: t.TempDir(), Out: &out, Client: ClientInProcess,
 	})
 	t.Log("\n" + out.String())
@@ -108,6 +125,54 @@ func TestRunInProcessClient(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "IN-PROCESS") {
 		t.Errorf("header does not say the load generator is in process:\n%s", out.String())
+	}
+}
+
+// TestPrimeRunsTheLoadUntilWarm: priming drives the load in one-second
+// slices until the store says it is warm, and gives up, saying so, at its
+// cap.
+func TestPrimeRunsTheLoadUntilWarm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the load generator for seconds")
+	}
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		served.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name      string
+		prime     time.Duration
+		warmAfter int64 // requests served; 0: never warm
+		wantWarm  bool
+	}{
+		{"until warm", time.Minute, 1, true},
+		{"cold at the cap", 1500 * time.Millisecond, 0, false},
+		{"none", -1, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			served.Store(0)
+			o := Options{Clients: []int{2}, Prime: tc.prime}
+			o.fill()
+			warm := func() bool { return tc.warmAfter > 0 && served.Load() >= tc.warmAfter }
+			primed, isWarm, err := prime(context.Background(), &o, 2, srv.URL, makeBody(64), warm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if isWarm != tc.wantWarm {
+				t.Fatalf("warm = %v, want %v", isWarm, tc.wantWarm)
+			}
+			switch {
+			case tc.prime < 0 && (primed != 0 || served.Load() != 0):
+				t.Errorf("no priming asked, yet it ran %s (%d requests)", primed, served.Load())
+			case tc.prime > 0 && served.Load() == 0:
+				t.Errorf("primed %s without a request", primed)
+			case tc.prime > 0 && !tc.wantWarm && primed < tc.prime:
+				t.Errorf("gave up after %s, before its cap %s", primed, tc.prime)
+			}
+		})
 	}
 }
 
@@ -233,6 +298,7 @@ func TestRunDualSanity(t *testing.T) {
 		Clients:   []int{4},
 		Duration:  300 * time.Millisecond,
 		Warmup:    50 * time.Millisecond,
+		Prime:     -1,
 		DataDir:   t.TempDir(),
 		Out:       &out,
 		Modes:     []Mode{ModeDual},

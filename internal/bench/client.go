@@ -323,7 +323,9 @@ type serverMeter struct {
 	busy0, busy1   time.Duration
 	ccpu0, ccpu1   time.Duration
 	a0, a1         allocSnap
+	f0, f1         uint64
 	ok, childOK    bool
+	faultsOK       bool
 	started, ended bool
 }
 
@@ -332,6 +334,7 @@ func (m *serverMeter) start(pid int) {
 		m.probe.atStart()
 	}
 	m.a0 = readAllocs()
+	m.f0, m.faultsOK = processFaults()
 	c0, ok0 := processCPU()
 	b0, ok1 := hostBusy()
 	m.ccpu0, m.childOK = childCPU(pid)
@@ -350,7 +353,9 @@ func (m *serverMeter) end(pid int) {
 	c1, ok0 := processCPU()
 	b1, ok1 := hostBusy()
 	cc, okc := childCPU(pid)
-	m.cpu1, m.busy1, m.ccpu1, m.t1 = c1, b1, cc, time.Now()
+	f1, okf := processFaults()
+	m.cpu1, m.busy1, m.ccpu1, m.f1, m.t1 = c1, b1, cc, f1, time.Now()
+	m.faultsOK = m.faultsOK && okf
 	m.a1 = readAllocs()
 	m.ok = m.ok && ok0 && ok1
 	m.childOK = m.childOK && okc
@@ -380,5 +385,8 @@ func (m *serverMeter) fill(r *Result) {
 	if r.OK > 0 {
 		r.AllocBytesPerReq = float64(m.a1.bytes-m.a0.bytes) / float64(r.OK)
 		r.AllocsPerReq = float64(m.a1.objects-m.a0.objects) / float64(r.OK)
+		if m.faultsOK {
+			r.FaultsPerReq = float64(m.f1-m.f0) / float64(r.OK)
+		}
 	}
 }

@@ -415,6 +415,16 @@ func FormatResult(r Result) string {
 	}
 	if r.OK > 0 {
 		fmt.Fprintf(&b, "  allocs/req=%.1f bytes/req=%.0f", r.AllocsPerReq, r.AllocBytesPerReq)
+		if r.FaultsPerReq >= 0 {
+			fmt.Fprintf(&b, " faults/req=%.3f", r.FaultsPerReq)
+		}
+	}
+	if r.Mode != ModeNull {
+		if r.Warm {
+			fmt.Fprintf(&b, "  primed=%s", r.Primed.Round(100*time.Millisecond))
+		} else {
+			fmt.Fprintf(&b, "  cold (primed %s, not warm)", r.Primed.Round(100*time.Millisecond))
+		}
 	}
 	if r.Errors > 0 {
 		var parts []string
@@ -505,6 +515,15 @@ func printVerdict(w io.Writer, rs []Result) Verdict {
 	if len(noisy) > 0 {
 		fmt.Fprintf(w, "WARNING: other work on the host took CPU during %s; those figures are disturbed, run again on a quiet host\n", strings.Join(noisy, ", "))
 	}
+	var cold []string
+	for _, r := range rs {
+		if !r.Warm {
+			cold = append(cold, fmt.Sprintf("%s C=%d rep %d", r.Mode, r.Clients, r.Rep))
+		}
+	}
+	if len(cold) > 0 {
+		fmt.Fprintf(w, "WARNING: the store was not warm when %s began (-prime too short, or negative): those figures include its memtables' first-touch page faults (faults/req)\n", strings.Join(cold, ", "))
+	}
 	v := Evaluate(rs)
 	fmt.Fprintln(w, TargetLine)
 	dualShown := false
@@ -564,6 +583,13 @@ func printHeader(w io.Writer, o *Options, root string) {
 	}
 	fs := dataDirFS(root)
 	fmt.Fprintf(w, "data dir: %s (%s), a fresh store per run, default config (demo source, log sink)\n", absOr(root), fs)
+	if len(o.Modes) > 0 {
+		if o.Prime >= 0 {
+			fmt.Fprintf(w, "each instance's store is primed (at most %s, outside every figure) until warm: its memtables at full size, so the window is the steady state, not the page faults of a fresh store's first ~200 MiB\n", o.Prime)
+		} else {
+			fmt.Fprintln(w, "no priming (-prime 0): each instance's window starts on a cold store, page faults of its memtables' growth included")
+		}
+	}
 	if slices.Contains(o.Modes, ModeDisk) {
 		fmt.Fprintf(w, "disk: wal.type=disk, node.roles=%s", strings.Join(o.Roles, ","))
 		if !hasDispatch(o.Roles) {
