@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -212,6 +213,35 @@ func TestCompareCleanRun(t *testing.T) {
 	rep := loadgen.Compare(acks, dels)
 	if !rep.OK() || rep.String() != "acked=2 delivered=2 missing=0 extra_deliveries=0 duplicate_hooks=0 sha_mismatches=0" {
 		t.Fatalf("%s", rep)
+	}
+}
+
+// A key under two hook ids is counted and named with both ids, whether the
+// second id reached the provider (acked) or only the consumer (delivered).
+func TestCompareNamesEachDuplicateKey(t *testing.T) {
+	cases := []struct {
+		name string
+		acks []loadgen.Ack
+		dels []loadgen.Delivery
+		want []loadgen.Duplicate
+	}{
+		{"none", []loadgen.Ack{{ID: "a", Key: "1"}}, []loadgen.Delivery{{ID: "a", IdempotencyKey: "t:s:1"}, {ID: "a", IdempotencyKey: "t:s:1"}}, nil},
+		{"second id delivered only",
+			[]loadgen.Ack{{ID: "b", Key: "1"}, {ID: "c", Key: "2"}},
+			[]loadgen.Delivery{{ID: "a", IdempotencyKey: "t:s:1"}, {ID: "b", IdempotencyKey: "t:s:1"}, {ID: "c", IdempotencyKey: "t:s:2"}},
+			[]loadgen.Duplicate{{Key: "1", IDs: []string{"a", "b"}}}},
+		{"two keys, sorted",
+			[]loadgen.Ack{{ID: "z", Key: "9"}, {ID: "y", Key: "3"}},
+			[]loadgen.Delivery{{ID: "x", IdempotencyKey: "t:s:9"}, {ID: "w", IdempotencyKey: "t:s:3"}, {ID: "v", IdempotencyKey: "t:s:3"}},
+			[]loadgen.Duplicate{{Key: "3", IDs: []string{"v", "w", "y"}}, {Key: "9", IDs: []string{"x", "z"}}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rep := loadgen.Compare(c.acks, c.dels)
+			if rep.DuplicateHooks != len(c.want) || !reflect.DeepEqual(rep.Duplicates, c.want) {
+				t.Fatalf("duplicate_hooks %d %v, want %v", rep.DuplicateHooks, rep.Duplicates, c.want)
+			}
+		})
 	}
 }
 

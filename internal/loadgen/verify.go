@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,6 +28,17 @@ type Report struct {
 	Acked, Delivered, Missing, ExtraDeliveries, DuplicateHooks, SHAMismatches int
 	// MissingIDs lists up to 20 missing ids for the operator.
 	MissingIDs []string
+	// Duplicates are the keys DuplicateHooks counts, each with its hook
+	// ids, for a caller that must say why each key has them (the fleet
+	// drill excuses the second hook of a claim released past
+	// intake.reconcile_deadline_ms, and nothing else). Sorted by key.
+	Duplicates []Duplicate
+}
+
+// Duplicate is one event key under more than one hook id.
+type Duplicate struct {
+	Key string
+	IDs []string // sorted
 }
 
 func (r Report) String() string {
@@ -110,11 +123,13 @@ func Compare(acks []Ack, dels []Delivery) Report {
 			}
 		}
 	}
-	for _, ids := range idsByKey {
+	for key, ids := range idsByKey {
 		if len(ids) > 1 {
 			r.DuplicateHooks++
+			r.Duplicates = append(r.Duplicates, Duplicate{Key: key, IDs: slices.Sorted(maps.Keys(ids))})
 		}
 	}
+	slices.SortFunc(r.Duplicates, func(a, b Duplicate) int { return strings.Compare(a.Key, b.Key) })
 	return r
 }
 

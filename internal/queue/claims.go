@@ -107,15 +107,36 @@ func (e *pendingEntry) settleClaimLocked() {
 	}
 }
 
+// LogClaimReleased is the message of the line the reconciler logs, at
+// info, for each held claim it releases past intake.reconcile_deadline_ms,
+// with the hook's "id" and the record's "age": from then on a provider
+// retry of that dedupe key may become the one sanctioned second hook id,
+// and the line is how an operator, or the fleet drill, tells such a second
+// hook from a dedupe failure. One line per record, once (invariant 1), so
+// at most intake.pending.max_records lines per stuck spell.
+const LogClaimReleased = "fleet claim released: carried record past intake.reconcile_deadline_ms"
+
+// releasedClaim is a held claim releaseStuckClaims released.
+type releasedClaim struct {
+	id  [16]byte
+	age time.Duration
+}
+
 // releaseStuckClaims releases the claims of entries past the deadline
-// (invariant 1). The entries stay: the reconciler keeps completing them.
-func (p *pendingSet) releaseStuckClaims(now time.Time, deadline time.Duration) {
+// (invariant 1) and returns them, for the reconciler's log line
+// (LogClaimReleased): the release is what lets a second hook id exist, so
+// it must not go unrecorded. The entries stay: the reconciler keeps
+// completing them.
+func (p *pendingSet) releaseStuckClaims(now time.Time, deadline time.Duration) []releasedClaim {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var out []releasedClaim
 	for _, e := range p.bySeq {
 		if e.claim != nil && !e.inflight && now.Sub(e.firstAt) > deadline {
 			e.claim.Release()
 			e.claim = nil
+			out = append(out, releasedClaim{id: e.id, age: now.Sub(e.firstAt)})
 		}
 	}
+	return out
 }

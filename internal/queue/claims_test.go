@@ -3,9 +3,13 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/queue"
@@ -104,5 +108,100 @@ func TestHold_ReleasedOnceWhenStuck(t *testing.T) {
 	e.pendingEmpty(t)
 	if p, r, _ := h.counts(); p != 0 || r != 1 {
 		t.Fatalf("promoted %d released %d, want 0 and 1", p, r)
+	}
+}
+
+// msgLog keeps the message and "id" of every record logged through it.
+type msgLog struct {
+	mu    sync.Mutex
+	lines [][2]string // message, id
+}
+
+func (l *msgLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *msgLog) Handle(_ context.Context, r slog.Record) error {
+	id := ""
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "id" {
+			id = a.Value.String()
+		}
+		return true
+	})
+	l.mu.Lock()
+	l.lines = append(l.lines, [2]string{r.Message, id})
+	l.mu.Unlock()
+	return nil
+}
+func (l *msgLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *msgLog) WithGroup(string) slog.Handler      { return l }
+
+// ids returns the ids of the lines logged with message msg.
+func (l *msgLog) ids(msg string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, x := range l.lines {
+		if x[0] == msg {
+			out = append(out, x[1])
+		}
+	}
+	return out
+}
+
+// The release past the deadline is what lets a second hook id exist, so it
+// is logged, once, naming the hook: the line the fleet drill (and an
+// operator) tells a sanctioned second hook from a dedupe failure by. A
+// claim settled in time is never named.
+func TestHold_ReleaseIsLoggedOnceWithTheHookID(t *testing.T) {
+	clock := newRCClock()
+	const deadline = time.Second
+	lg := &msgLog{}
+	e, _ := newRCDual(t, queue.Options{Now: clock.now, Logger: slog.New(lg)}, func(d *queue.DualOptions) {
+		d.ReconcileEvery = -1
+		d.ReconcileDeadline = deadline
+		d.BreakerFailures = 100
+	})
+	ctx := context.Background()
+	e.log.FailNext(2, intake.Unavailable)
+	stuck := answer(t, submitAsync(e.q, rec("body", "evt_stuck")))
+	stuckID, carried := queue.Carried(stuck.err)
+	if !carried {
+		t.Fatalf("answer %v: want a carried record", stuck.err)
+	}
+	hs := &holderLog{}
+	if !e.q.Hold(stuckID, hs) {
+		t.Fatal("not held")
+	}
+	e.q.Reconcile(ctx) // the second fault: still carried, within the deadline
+	if got := lg.ids(queue.LogClaimReleased); len(got) != 0 {
+		t.Fatalf("released within the deadline: %v", got)
+	}
+
+	clock.advance(deadline + time.Millisecond)
+	e.log.FailNext(1, intake.Unavailable)
+	fresh := answer(t, submitAsync(e.q, rec("body", "evt_fresh")))
+	freshID, _ := queue.Carried(fresh.err)
+	hf := &holderLog{}
+	if !e.q.Hold(freshID, hf) {
+		t.Fatal("fresh record not held")
+	}
+	e.log.FailNext(1_000_000, intake.Unavailable)
+	for range 3 {
+		e.q.Reconcile(ctx)
+	}
+	want := []string{uuid.UUID(stuckID).String()}
+	if got := lg.ids(queue.LogClaimReleased); !slices.Equal(got, want) {
+		t.Fatalf("release lines name %v, want exactly %v (the stuck record, once; not the fresh one)", got, want)
+	}
+	if _, r, _ := hs.counts(); r != 1 {
+		t.Fatalf("stuck claim released %d times, want 1", r)
+	}
+	e.log.ClearFaults()
+	e.q.Reconcile(ctx)
+	e.pendingEmpty(t)
+	if p, r, _ := hf.counts(); p != 1 || r != 0 {
+		t.Fatalf("fresh claim: promoted %d released %d, want 1 and 0", p, r)
+	}
+	if got := lg.ids(queue.LogClaimReleased); len(got) != 1 {
+		t.Fatalf("release lines %v after completion, want still one", got)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/store"
 )
@@ -137,7 +139,12 @@ func (r *reconciler) run(ctx context.Context) {
 func (r *reconciler) pass(ctx context.Context) time.Time {
 	r.d.passMu.Lock()
 	defer r.d.passMu.Unlock()
-	r.d.pending.releaseStuckClaims(r.d.now(), r.d.opts.ReconcileDeadline)
+	for _, rc := range r.d.pending.releaseStuckClaims(r.d.now(), r.d.opts.ReconcileDeadline) {
+		// Info, not Warn: ratelog would keep one line of this shape per
+		// interval, and each line names a different hook.
+		r.d.log.Info(LogClaimReleased, "id", uuid.UUID(rc.id).String(), "age", rc.age.Round(time.Millisecond),
+			"deadline", r.d.opts.ReconcileDeadline)
+	}
 	es := r.d.pending.carried()
 	if len(es) == 0 {
 		return time.Time{}

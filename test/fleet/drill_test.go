@@ -28,6 +28,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ankusa/ankusa/internal/loadgen"
+	"github.com/ankusa/ankusa/internal/queue"
 	"github.com/ankusa/ankusa/internal/testutil/natscluster"
 	"github.com/ankusa/ankusa/internal/testutil/services"
 )
@@ -310,6 +311,61 @@ type result struct {
 	bothReady       bool
 	restarts        int
 	stats           loadgen.Stats
+	// claimsReleased: hook ids whose held claim a node released past
+	// intake.reconcile_deadline_ms (queue.LogClaimReleased lines).
+	claimsReleased map[string]bool
+	// dupPastDeadline: duplicate keys whose extra hook ids are all
+	// sanctioned (excused); dupUnexcused: the others, each a dedupe failure.
+	dupPastDeadline int
+	dupUnexcused    []string
+}
+
+// releasedClaims reads the hook ids of every queue.LogClaimReleased line in
+// the node logs at paths (text handler: msg="…" … id=<uuid>).
+func releasedClaims(t *testing.T, paths []string) map[string]bool {
+	t.Helper()
+	msg := "msg=" + strconv.Quote(queue.LogClaimReleased)
+	out := map[string]bool{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("node log: %v", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, msg) {
+				continue
+			}
+			for _, f := range strings.Fields(line) {
+				if id, ok := strings.CutPrefix(f, "id="); ok {
+					out[id] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// excuseDuplicates splits the report's duplicate keys by the one sanctioned
+// way a key gets a second hook id (ADR section 3): its carried original
+// stayed unconfirmed past intake.reconcile_deadline_ms, so its node released
+// the claim and a retry was admitted as a new hook. Each released id
+// sanctions one more id for its key, so a key is excused when at most one
+// of its ids is not a released one; anything else is a dedupe failure.
+func excuseDuplicates(dups []loadgen.Duplicate, released map[string]bool) (excused int, unexcused []string) {
+	for _, d := range dups {
+		notReleased := 0
+		for _, id := range d.IDs {
+			if !released[id] {
+				notReleased++
+			}
+		}
+		if notReleased <= 1 {
+			excused++
+			continue
+		}
+		unexcused = append(unexcused, fmt.Sprintf("%s:%v", d.Key, d.IDs))
+	}
+	return excused, unexcused
 }
 
 // runDrill runs the whole drill in one mode and returns its figures.
@@ -525,6 +581,14 @@ func runDrill(t *testing.T, mode string) result {
 	res.report = rep
 	res.bothReady = d.waitReady(a, 10*time.Second) == nil && d.waitReady(b, 10*time.Second) == nil
 	res.restarts = d.supervisorRestarts
+	var logs []string
+	for _, n := range []*node{a, b} {
+		for i := 1; i <= n.starts; i++ {
+			logs = append(logs, filepath.Join(d.work, fmt.Sprintf("%s-%d.log", n.name, i)))
+		}
+	}
+	res.claimsReleased = releasedClaims(t, logs)
+	res.dupPastDeadline, res.dupUnexcused = excuseDuplicates(rep.Duplicates, res.claimsReleased)
 	return res
 }
 
@@ -540,8 +604,8 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 }
 
 func (r result) line(mode string) string {
-	return fmt.Sprintf("fleet drill wal=%s: %s extra_bound=%d window_201=%d window_first_attempts=%d window_not_intake_unavailable=%d restored_from_secondary=%v both_ready=%v boot_restarts=%d",
-		mode, r.report, r.boundExtra, r.window201, r.windowFirst, len(r.windowFirstBad), r.restoredFromSec, r.bothReady, r.restarts)
+	return fmt.Sprintf("fleet drill wal=%s: %s claims_released_past_deadline=%d duplicate_hooks_past_deadline=%d extra_bound=%d window_201=%d window_first_attempts=%d window_not_intake_unavailable=%d restored_from_secondary=%v both_ready=%v boot_restarts=%d",
+		mode, r.report, len(r.claimsReleased), r.dupPastDeadline, r.boundExtra, r.window201, r.windowFirst, len(r.windowFirstBad), r.restoredFromSec, r.bothReady, r.restarts)
 }
 
 // TestFleetDrill is the ADR's fleet drill in both modes: dual keeps every
@@ -557,8 +621,18 @@ func TestFleetDrill(t *testing.T) {
 		t.Log(line)
 		fmt.Println(line)
 		t.Logf("loadgen: %s", r.stats)
-		if !r.report.OK() || r.report.Missing != 0 {
+		if r.report.Missing != 0 || r.report.SHAMismatches != 0 {
 			t.Errorf("dual: %s (missing ids %v)", r.report, r.report.MissingIDs)
+		}
+		// duplicate_hooks must be 0 but for the sanctioned second hooks: a
+		// log outage that, on a loaded machine, outlasts
+		// intake.reconcile_deadline_ms (20 s) releases the claims of the
+		// records carried since its start, and their retries become new
+		// hooks by design. Only keys whose original a node named in a
+		// release line are excused.
+		if len(r.dupUnexcused) != 0 {
+			t.Errorf("dual: %d keys under more than one hook id without a claim released past the reconcile deadline (key:[ids]): %v",
+				len(r.dupUnexcused), r.dupUnexcused)
 		}
 		if r.report.ExtraDeliveries > r.boundExtra {
 			t.Errorf("dual: extra_deliveries %d above the hooks acked since the killed nodes' last backups (%d)", r.report.ExtraDeliveries, r.boundExtra)
