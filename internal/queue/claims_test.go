@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -111,37 +112,15 @@ func TestHold_ReleasedOnceWhenStuck(t *testing.T) {
 	}
 }
 
-// msgLog keeps the message and "id" of every record logged through it.
-type msgLog struct {
-	mu    sync.Mutex
-	lines [][2]string // message, id
-}
-
-func (l *msgLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *msgLog) Handle(_ context.Context, r slog.Record) error {
-	id := ""
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "id" {
-			id = a.Value.String()
-		}
-		return true
-	})
-	l.mu.Lock()
-	l.lines = append(l.lines, [2]string{r.Message, id})
-	l.mu.Unlock()
-	return nil
-}
-func (l *msgLog) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *msgLog) WithGroup(string) slog.Handler      { return l }
-
-// ids returns the ids of the lines logged with message msg.
-func (l *msgLog) ids(msg string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// releasedIDs returns the hook ids named by the LogClaimReleased lines
+// rec holds, in order.
+func releasedIDs(rec *testutil.LogRecorder) []string {
 	var out []string
-	for _, x := range l.lines {
-		if x[0] == msg {
-			out = append(out, x[1])
+	for _, line := range rec.Matching(queue.LogClaimReleased) {
+		for _, f := range strings.Fields(line) {
+			if id, ok := strings.CutPrefix(f, "id="); ok {
+				out = append(out, id)
+			}
 		}
 	}
 	return out
@@ -154,7 +133,7 @@ func (l *msgLog) ids(msg string) []string {
 func TestHold_ReleaseIsLoggedOnceWithTheHookID(t *testing.T) {
 	clock := newRCClock()
 	const deadline = time.Second
-	lg := &msgLog{}
+	lg := testutil.NewLogRecorder()
 	e, _ := newRCDual(t, queue.Options{Now: clock.now, Logger: slog.New(lg)}, func(d *queue.DualOptions) {
 		d.ReconcileEvery = -1
 		d.ReconcileDeadline = deadline
@@ -172,7 +151,7 @@ func TestHold_ReleaseIsLoggedOnceWithTheHookID(t *testing.T) {
 		t.Fatal("not held")
 	}
 	e.q.Reconcile(ctx) // the second fault: still carried, within the deadline
-	if got := lg.ids(queue.LogClaimReleased); len(got) != 0 {
+	if got := releasedIDs(lg); len(got) != 0 {
 		t.Fatalf("released within the deadline: %v", got)
 	}
 
@@ -189,7 +168,7 @@ func TestHold_ReleaseIsLoggedOnceWithTheHookID(t *testing.T) {
 		e.q.Reconcile(ctx)
 	}
 	want := []string{uuid.UUID(stuckID).String()}
-	if got := lg.ids(queue.LogClaimReleased); !slices.Equal(got, want) {
+	if got := releasedIDs(lg); !slices.Equal(got, want) {
 		t.Fatalf("release lines name %v, want exactly %v (the stuck record, once; not the fresh one)", got, want)
 	}
 	if _, r, _ := hs.counts(); r != 1 {
@@ -201,7 +180,7 @@ func TestHold_ReleaseIsLoggedOnceWithTheHookID(t *testing.T) {
 	if p, r, _ := hf.counts(); p != 1 || r != 0 {
 		t.Fatalf("fresh claim: promoted %d released %d, want 1 and 0", p, r)
 	}
-	if got := lg.ids(queue.LogClaimReleased); len(got) != 1 {
+	if got := releasedIDs(lg); len(got) != 1 {
 		t.Fatalf("release lines %v after completion, want still one", got)
 	}
 }
