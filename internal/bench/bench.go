@@ -152,9 +152,8 @@ type Options struct {
 	// warmup and window: the load runs in one-second slices until the
 	// store is warm (store.Store.Warm: Pebble's memtables have grown to
 	// full size, so rows no longer land on never-touched pages, each a
-	// page fault). Without it a fresh store's first ~200 MiB of rows
-	// page-fault their way into the figures (≈ 10 µs per 1 KiB hook on
-	// the development VM, a cost a running server pays once) [2m;
+	// page fault), so that the window is the steady state by
+	// construction, not a fresh store's first ~200 MiB of rows [2m;
 	// negative means none: the window then starts on a cold store].
 	Prime time.Duration
 	// Retentions, when set, runs every instance mode once per value of

@@ -20,8 +20,8 @@ func processCPU() (time.Duration, bool) {
 }
 
 // processFaults is how many page faults (minor and major) this process has
-// taken: a first touch of fresh memory costs one each, ≈ 12 µs a 4 KiB page
-// on the development VM, so a window with many is not the steady state.
+// taken: a first touch of fresh memory costs one each, so a window with
+// many is not the steady state.
 func processFaults() (uint64, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
