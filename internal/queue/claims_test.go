@@ -40,12 +40,11 @@ func (h *holderLog) counts() (int, int, [16]byte) {
 	return len(h.promoted), h.released, id
 }
 
-// A carried record's answer names its hook id; the held claim is promoted
-// once, when both halves are confirmed, and never released.
-func TestHold_PromotedWhenBothHalvesConfirmed(t *testing.T) {
-	e := newDual(t, func(d *queue.DualOptions) { d.ReconcileEvery = -1 })
-	e.log.FailNext(1, intake.Unavailable)
-	got := answer(t, submitAsync(e.q, rec("body", "evt_h")))
+// holdCarried submits a hook under key, which the test's faults must leave
+// carried (intake_unavailable, its hook id named), and holds its claim.
+func holdCarried(t *testing.T, e *dualEnv, key string) ([16]byte, *holderLog) {
+	t.Helper()
+	got := answer(t, submitAsync(e.q, rec("body", key)))
 	id, carried := queue.Carried(got.err)
 	if !carried || !errors.Is(got.err, queue.ErrIntakeUnavailable) {
 		t.Fatalf("answer %v: want a carried intake_unavailable", got.err)
@@ -54,6 +53,15 @@ func TestHold_PromotedWhenBothHalvesConfirmed(t *testing.T) {
 	if !e.q.Hold(id, h) {
 		t.Fatal("Hold of a carried record returned completed")
 	}
+	return id, h
+}
+
+// A carried record's answer names its hook id; the held claim is promoted
+// once, when both halves are confirmed, and never released.
+func TestHold_PromotedWhenBothHalvesConfirmed(t *testing.T) {
+	e := newDual(t, func(d *queue.DualOptions) { d.ReconcileEvery = -1 })
+	e.log.FailNext(1, intake.Unavailable)
+	id, h := holdCarried(t, e, "evt_h")
 	if p, r, _ := h.counts(); p != 0 || r != 0 {
 		t.Fatalf("settled before the reconcile: promoted %d released %d", p, r)
 	}
@@ -98,12 +106,7 @@ func TestHold_ReleasedOnceWhenStuck(t *testing.T) {
 		d.ReconcileEvery = 5 * time.Millisecond
 	})
 	e.log.FailNext(1_000_000, intake.Unavailable)
-	got := answer(t, submitAsync(e.q, rec("body", "evt_s")))
-	id, _ := queue.Carried(got.err)
-	h := &holderLog{}
-	if !e.q.Hold(id, h) {
-		t.Fatal("not held")
-	}
+	_, h := holdCarried(t, e, "evt_s")
 	testutil.Eventually(t, 5*time.Second, "claim released", func() bool { _, r, _ := h.counts(); return r == 1 })
 	e.log.ClearFaults()
 	e.pendingEmpty(t)
@@ -141,15 +144,7 @@ func TestHold_ReleaseIsLoggedOnceWithTheHookID(t *testing.T) {
 	})
 	ctx := context.Background()
 	e.log.FailNext(2, intake.Unavailable)
-	stuck := answer(t, submitAsync(e.q, rec("body", "evt_stuck")))
-	stuckID, carried := queue.Carried(stuck.err)
-	if !carried {
-		t.Fatalf("answer %v: want a carried record", stuck.err)
-	}
-	hs := &holderLog{}
-	if !e.q.Hold(stuckID, hs) {
-		t.Fatal("not held")
-	}
+	stuckID, hs := holdCarried(t, e, "evt_stuck")
 	e.q.Reconcile(ctx) // the second fault: still carried, within the deadline
 	if got := releasedIDs(lg); len(got) != 0 {
 		t.Fatalf("released within the deadline: %v", got)
@@ -157,12 +152,7 @@ func TestHold_ReleaseIsLoggedOnceWithTheHookID(t *testing.T) {
 
 	clock.advance(deadline + time.Millisecond)
 	e.log.FailNext(1, intake.Unavailable)
-	fresh := answer(t, submitAsync(e.q, rec("body", "evt_fresh")))
-	freshID, _ := queue.Carried(fresh.err)
-	hf := &holderLog{}
-	if !e.q.Hold(freshID, hf) {
-		t.Fatal("fresh record not held")
-	}
+	_, hf := holdCarried(t, e, "evt_fresh")
 	e.log.FailNext(1_000_000, intake.Unavailable)
 	for range 3 {
 		e.q.Reconcile(ctx)
