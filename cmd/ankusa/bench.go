@@ -43,7 +43,7 @@ func bench(args []string) int {
 	body := fs.Int("b", 1024, "request body size in bytes")
 	dur := fs.Duration("d", 10*time.Second, "measured window per run")
 	warmup := fs.Duration("warmup", time.Second, "warmup per run, excluded from the figures")
-	primeFlag := fs.Duration("prime", 2*time.Minute, "the longest each instance's store is primed before its warmup, outside every figure, until warm (its memtables grown to full size: the steady state); 0 for none")
+	primeFlag := fs.Duration("prime", 2*time.Minute, "about the longest each instance's store is primed before its warmup, outside every figure, until warm (its memtables grown to full size: the steady state); 0 for none")
 	dir := fs.String("dir", "", "parent of the per-run data dirs (default: a temp dir, removed after)")
 	gate := fs.Bool("gate", false, "exit 1 if a target is missed or not measured")
 	memprofile := fs.String("memprofile", "", "write an allocation profile of the whole run to this file at the end (go tool pprof -sample_index=alloc_objects; not split by mode: null's allocations are net/http's)")

@@ -507,8 +507,9 @@ func runInstance(ctx context.Context, o *Options, root string, mode Mode, retent
 
 // prime runs the load on a fresh instance in one-second slices, outside
 // every figure, until warm says its store is warm or o.Prime has passed
-// (Options.Prime). It returns how long it ran and whether the store got
-// warm.
+// (Options.Prime; the last slice may run past it by up to a second and the
+// load generator's start). It returns how long it ran and whether the
+// store got warm, or an error if a slice got no 201 at all.
 func prime(ctx context.Context, o *Options, clients int, url string, body []byte, warm func() bool) (time.Duration, bool, error) {
 	start := time.Now()
 	if o.Prime < 0 {
@@ -520,8 +521,15 @@ func prime(ctx context.Context, o *Options, clients int, url string, body []byte
 		if time.Since(start) >= o.Prime {
 			return time.Since(start), false, nil
 		}
-		if _, err := drive(ctx, &slice, ModeNull, clients, url, body, nil); err != nil {
+		r, err := drive(ctx, &slice, ModeNull, clients, url, body, nil)
+		if err != nil {
 			return time.Since(start), false, fmt.Errorf("priming the store: %w", err)
+		}
+		// A slice with no 201 primes nothing: the instance refuses or
+		// fails, which the measured run would only report after the cap.
+		if r.OK == 0 {
+			return time.Since(start), false, fmt.Errorf("priming the store: no 201 in a %s slice (%d errors, statuses %v, first transport error %q)",
+				slice.Duration, r.Errors, r.Statuses, r.FirstError)
 		}
 	}
 	return time.Since(start), true, nil

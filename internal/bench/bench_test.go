@@ -176,6 +176,29 @@ func TestPrimeRunsTheLoadUntilWarm(t *testing.T) {
 	}
 }
 
+// TestPrimeFailsOnAnInstanceThatAnswersNo201: a slice without a single 201
+// primes nothing, so priming says so at once rather than spend its cap.
+func TestPrimeFailsOnAnInstanceThatAnswersNo201(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the load generator for a second")
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	o := Options{Clients: []int{2}, Prime: time.Minute}
+	o.fill()
+	primed, warm, err := prime(context.Background(), &o, 2, srv.URL, makeBody(64), func() bool { return false })
+	if err == nil || !strings.Contains(err.Error(), "no 201") || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("err = %v, want a refusal naming the 503s", err)
+	}
+	if warm || primed >= 30*time.Second {
+		t.Fatalf("warm %v after %s: want cold, well before the cap", warm, primed)
+	}
+}
+
 func TestRunRejectsUnknownClient(t *testing.T) {
 	_, err := Run(context.Background(), Options{Clients: []int{1}, DataDir: t.TempDir(), Client: "wrk2"})
 	if err == nil || !strings.Contains(err.Error(), "unknown client") {

@@ -585,7 +585,7 @@ func printHeader(w io.Writer, o *Options, root string) {
 	fmt.Fprintf(w, "data dir: %s (%s), a fresh store per run, default config (demo source, log sink)\n", absOr(root), fs)
 	if len(o.Modes) > 0 {
 		if o.Prime >= 0 {
-			fmt.Fprintf(w, "each instance's store is primed (at most %s, outside every figure) until warm: its memtables at full size, so the window is the steady state, not the page faults of a fresh store's first ~200 MiB\n", o.Prime)
+			fmt.Fprintf(w, "each instance's store is primed (about %s at most, outside every figure) until warm: its memtables at full size, so the window is the steady state, not the page faults of a fresh store's first ~200 MiB\n", o.Prime)
 		} else {
 			fmt.Fprintln(w, "no priming (-prime 0): each instance's window starts on a cold store, page faults of its memtables' growth included")
 		}

@@ -137,14 +137,21 @@ func (r *reconciler) run(ctx context.Context) {
 // pass does one round; it returns when to try again at the earliest (a
 // throttled log's Retry-After).
 func (r *reconciler) pass(ctx context.Context) time.Time {
+	var released []releasedClaim
+	// Logged after passMu is let go (deferred before it is taken): a
+	// stuck spell can release up to intake.pending.max_records claims at
+	// once, and the next pass need not wait for their lines.
+	defer func() {
+		for _, rc := range released {
+			// Info, not Warn: ratelog would keep one line of this shape
+			// per interval, and each line names a different hook.
+			r.d.log.Info(LogClaimReleased, "id", uuid.UUID(rc.id).String(), "age", rc.age.Round(time.Millisecond),
+				"deadline", r.d.opts.ReconcileDeadline)
+		}
+	}()
 	r.d.passMu.Lock()
 	defer r.d.passMu.Unlock()
-	for _, rc := range r.d.pending.releaseStuckClaims(r.d.now(), r.d.opts.ReconcileDeadline) {
-		// Info, not Warn: ratelog would keep one line of this shape per
-		// interval, and each line names a different hook.
-		r.d.log.Info(LogClaimReleased, "id", uuid.UUID(rc.id).String(), "age", rc.age.Round(time.Millisecond),
-			"deadline", r.d.opts.ReconcileDeadline)
-	}
+	released = r.d.pending.releaseStuckClaims(r.d.now(), r.d.opts.ReconcileDeadline)
 	es := r.d.pending.carried()
 	if len(es) == 0 {
 		return time.Time{}

@@ -397,7 +397,11 @@ func (s *Store) DiskBytes() uint64 {
 // has taken in three memtables' worth. `ankusa bench` primes each store
 // until then, so that its window is the steady state by construction.
 func (s *Store) Warm() bool {
-	s.mu.RLock()
+	// Never waits, like DiskBytes: a store held by a Reopen or Close is
+	// not warm yet.
+	if !s.mu.TryRLock() {
+		return false
+	}
 	defer s.mu.RUnlock()
 	if s.db == nil {
 		return false
