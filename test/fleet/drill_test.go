@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ankusa/ankusa/internal/loadgen"
@@ -63,6 +65,10 @@ func runMain(m *testing.M) int {
 const (
 	stream     = "ANKUSA_INTAKE_DEFAULT"
 	signingKey = "fleet-drill-signing-key-0123"
+	// reconcileDeadline is the nodes' intake.reconcile_deadline_ms: past it
+	// a carried record's claim is released, and only then may a retry of
+	// its key become a second hook (excuseDuplicates).
+	reconcileDeadline = 20 * time.Second
 )
 
 // phase is the drill's pace: ANKUSA_DRILL_PHASE_MS (make drill-fleet sets a
@@ -124,11 +130,11 @@ intake:
   type: jetstream
   node_id: %s
   publish_timeout_ms: 1000
-  reconcile_deadline_ms: 20000
+  reconcile_deadline_ms: %d
   probe_ms: 200
   max_record_bytes: 1048576
   jetstream: {url: %q, stream: %s}
-`, n.name, d.natsURL, stream)
+`, n.name, reconcileDeadline.Milliseconds(), d.natsURL, stream)
 	}
 	return fmt.Sprintf(`node:
   instance: fleet-%s
@@ -345,25 +351,59 @@ func releasedClaims(t *testing.T, paths []string) map[string]bool {
 	return out
 }
 
+// mintedAt is when a hook id was minted: its UUIDv7 millisecond timestamp
+// (queue's idMinter), false if it is not one.
+func mintedAt(id string) (time.Time, bool) {
+	u, err := uuid.Parse(id)
+	if err != nil || u.Version() != 7 {
+		return time.Time{}, false
+	}
+	ms := int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5])
+	return time.UnixMilli(ms), true
+}
+
 // excuseDuplicates splits the report's duplicate keys by the one sanctioned
 // way a key gets a second hook id (ADR section 3): its carried original
-// stayed unconfirmed past intake.reconcile_deadline_ms, so its node released
-// the claim and a retry was admitted as a new hook. Each released id
-// sanctions one more id for its key, so a key is excused when at most one
-// of its ids is not a released one; anything else is a dedupe failure.
-func excuseDuplicates(dups []loadgen.Duplicate, released map[string]bool) (excused int, unexcused []string) {
+// stayed unconfirmed past intake.reconcile_deadline_ms, so its claim was
+// released (a node said so, naming it) and a retry was admitted as a new
+// hook. A key is excused when each of its ids but the first minted was
+// minted at least the deadline after another of its ids, minted before it
+// and named by a release line, each such id sanctioning one: an id admitted
+// while an earlier one was younger than the deadline is a dedupe failure,
+// and so is anything else. The mint times are the ids' own (UUIDv7), from
+// the one machine's clock.
+func excuseDuplicates(dups []loadgen.Duplicate, released map[string]bool, deadline time.Duration) (excused int, unexcused []string) {
+next:
 	for _, d := range dups {
-		notReleased := 0
+		type minted struct {
+			id string
+			at time.Time
+		}
+		ids := make([]minted, 0, len(d.IDs))
 		for _, id := range d.IDs {
-			if !released[id] {
-				notReleased++
+			at, ok := mintedAt(id)
+			if !ok {
+				unexcused = append(unexcused, fmt.Sprintf("%s:%v (%s is not a UUIDv7)", d.Key, d.IDs, id))
+				continue next
+			}
+			ids = append(ids, minted{id, at})
+		}
+		slices.SortFunc(ids, func(a, b minted) int { return a.at.Compare(b.at) })
+		used := map[string]bool{}
+		for i, x := range ids[1:] {
+			sanctioned := false
+			for _, r := range ids[:i+1] {
+				if released[r.id] && !used[r.id] && x.at.Sub(r.at) >= deadline {
+					used[r.id], sanctioned = true, true
+					break
+				}
+			}
+			if !sanctioned {
+				unexcused = append(unexcused, fmt.Sprintf("%s:%v", d.Key, d.IDs))
+				continue next
 			}
 		}
-		if notReleased <= 1 {
-			excused++
-			continue
-		}
-		unexcused = append(unexcused, fmt.Sprintf("%s:%v", d.Key, d.IDs))
+		excused++
 	}
 	return excused, unexcused
 }
@@ -588,7 +628,7 @@ func runDrill(t *testing.T, mode string) result {
 		}
 	}
 	res.claimsReleased = releasedClaims(t, logs)
-	res.dupPastDeadline, res.dupUnexcused = excuseDuplicates(rep.Duplicates, res.claimsReleased)
+	res.dupPastDeadline, res.dupUnexcused = excuseDuplicates(rep.Duplicates, res.claimsReleased, reconcileDeadline)
 	return res
 }
 
