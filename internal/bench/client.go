@@ -334,12 +334,11 @@ func (m *serverMeter) start(pid int) {
 		m.probe.atStart()
 	}
 	m.a0 = readAllocs()
-	m.f0, m.faultsOK = processFaults()
-	c0, ok0 := processCPU()
+	c0, f0, ok0 := processUsage()
 	b0, ok1 := hostBusy()
 	m.ccpu0, m.childOK = childCPU(pid)
-	m.cpu0, m.busy0, m.t0 = c0, b0, time.Now()
-	m.ok = ok0 && ok1
+	m.cpu0, m.f0, m.busy0, m.t0 = c0, f0, b0, time.Now()
+	m.ok, m.faultsOK = ok0 && ok1, ok0
 	m.started = true
 }
 
@@ -350,12 +349,11 @@ func (m *serverMeter) end(pid int) {
 	if m.probe != nil && m.probe.atEnd != nil {
 		m.probe.atEnd()
 	}
-	c1, ok0 := processCPU()
+	c1, f1, ok0 := processUsage()
 	b1, ok1 := hostBusy()
 	cc, okc := childCPU(pid)
-	f1, okf := processFaults()
 	m.cpu1, m.busy1, m.ccpu1, m.f1, m.t1 = c1, b1, cc, f1, time.Now()
-	m.faultsOK = m.faultsOK && okf
+	m.faultsOK = m.faultsOK && ok0
 	m.a1 = readAllocs()
 	m.ok = m.ok && ok0 && ok1
 	m.childOK = m.childOK && okc

@@ -12,22 +12,20 @@ import (
 
 // processCPU is the user+system CPU time this process has used.
 func processCPU() (time.Duration, bool) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, false
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
+	cpu, _, ok := processUsage()
+	return cpu, ok
 }
 
-// processFaults is how many page faults (minor and major) this process has
-// taken: a first touch of fresh memory costs one each, so a window with
-// many is not the steady state.
-func processFaults() (uint64, bool) {
+// processUsage is processCPU and how many page faults (minor and major)
+// this process has taken, from one getrusage: a first touch of fresh
+// memory costs one fault each, so a window with many is not the steady
+// state.
+func processUsage() (cpu time.Duration, faults uint64, ok bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, false
+		return 0, 0, false
 	}
-	return uint64(ru.Minflt + ru.Majflt), true
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), uint64(ru.Minflt + ru.Majflt), true
 }
 
 // hostBusy is the CPU time every CPU of the host has spent not idle (steal
