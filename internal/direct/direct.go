@@ -96,7 +96,7 @@ func (c *Committer) Submit(ctx context.Context, rec *queue.Record) (queue.Result
 		}
 		m := &sink.Message{
 			ID: uuid.UUID(id), Tenant: rec.Tenant, Source: rec.Source, ReceivedAt: rec.ReceivedAt,
-			ContentType: rec.ContentType, Headers: rec.Headers, Body: rec.Body, SHA256: sha256.Sum256(rec.Body),
+			ContentType: rec.ContentType, Headers: rec.Headers, Body: rec.Body, Size: len(rec.Body), SHA256: sha256.Sum256(rec.Body),
 			DedupeKey: rec.DedupeKey, Flagged: rec.Flagged, Attempt: 1,
 		}
 		wg.Add(1)

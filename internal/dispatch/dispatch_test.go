@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
@@ -538,6 +539,60 @@ func TestAttempt_NoDeadlineForASinkThatDoesNoIO(t *testing.T) {
 				t.Fatalf("the attempt's ctx allowed %s, want a deadline within dispatch.attempt_timeout_ms (1m)", allowed)
 			case !tc.deadline && allowed >= 0:
 				t.Fatalf("the attempt's ctx has a deadline %s away, want none for a sink.NoIO sink", allowed)
+			}
+			testutil.Eventually(t, 10*time.Second, "the hook delivered and removed", func() bool {
+				return e.delivery(t, res.Seq) == nil
+			})
+		})
+	}
+}
+
+// bodyFreeSink is a scriptedSink that reads no body (sink.BodyFree), as
+// the log sink does.
+type bodyFreeSink struct{ *scriptedSink }
+
+func (bodyFreeSink) BodyFree() {}
+
+// TestDispatch_ABodyFreeSinkIsNotReadTheBodyBack: a sink that reads no
+// body (sink.BodyFree) is delivered a hook that is not in memory without
+// the body being read back from the store (Body nil, Size its length, the
+// rest of the message intact), small or over the commit path's hand-over
+// limit; a sink that reads it still gets it whole. Before, every delivery
+// not handed over by the commit path read the whole envelope back: at 256
+// KiB, 90 % of the bytes allocated per hook.
+func TestDispatch_ABodyFreeSinkIsNotReadTheBodyBack(t *testing.T) {
+	big := strings.Repeat("b", 256<<10)
+	for _, tc := range []struct {
+		name     string
+		bodyFree bool
+		hot      bool // the commit path hands new hooks over
+		body     string
+		wantBody bool
+	}{
+		{"body-free, read from the store", true, false, "hello", false},
+		{"body-free, over the hand-over limit", true, true, big, false},
+		{"reads the body, read from the store", false, false, "hello", true},
+		{"reads the body, over the hand-over limit", false, true, big, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := newScripted()
+			var s sink.Sink = sc
+			if tc.bodyFree {
+				s = bodyFreeSink{sc}
+			}
+			e := setupWith(t, map[uint16]dispatch.Target{0: {ID: "out", Sink: s}}, dispatch.Options{}, tc.hot)
+			res := e.submit(t, tc.body, "k1")
+			m := sc.next(t)
+			if m.ID != uuid.UUID(res.ID) || m.Size != len(tc.body) || m.SHA256 != sha256.Sum256([]byte(tc.body)) ||
+				m.IdempotencyKey() != "default:src:k1" || m.ContentType != "text/plain" || m.Attempt != 1 {
+				t.Fatalf("message = id %s size %d sha256 %x key %q content type %q attempt %d; want id %s size %d",
+					m.ID, m.Size, m.SHA256, m.IdempotencyKey(), m.ContentType, m.Attempt, uuid.UUID(res.ID), len(tc.body))
+			}
+			switch {
+			case tc.wantBody && string(m.Body) != tc.body:
+				t.Fatalf("the sink reads the body but got %d bytes of it, want %d", len(m.Body), len(tc.body))
+			case !tc.wantBody && m.Body != nil:
+				t.Fatalf("a body-free sink was handed the %d-byte body read back from the store", len(m.Body))
 			}
 			testutil.Eventually(t, 10*time.Second, "the hook delivered and removed", func() bool {
 				return e.delivery(t, res.Seq) == nil

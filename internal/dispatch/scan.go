@@ -554,27 +554,16 @@ func (d *Dispatcher) deliverOne(ctx context.Context, c claimed, m *sink.Message)
 	if !ok {
 		return store.HookRef{}, sink.Permanent(fmt.Errorf("%w (sink number %d, id %q)", errNoTarget, c.num, c.delivery.SinkID))
 	}
-	v := c.value
-	if v == nil {
-		var err error
-		if v, err = d.st.ReadHook(c.seq); err != nil {
-			return store.HookRef{}, fmt.Errorf("read hook %d: %w", c.seq, err)
-		}
-		if v == nil {
-			return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d is missing from the store", c.seq))
-		}
-	}
-	// v is Get's own copy or the commit path's (hot.go), never written
-	// again: the message's body is a slice of it, not a third copy.
 	var env store.Envelope
-	if err := store.DecodeEnvelopeAliasBodyInto(&env, v); err != nil {
-		return store.HookRef{}, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))
+	size, err := d.readEnvelope(c, t.Sink, &env)
+	if err != nil {
+		return store.HookRef{}, err
 	}
 	ref := store.HookRef{Seq: c.seq, ID: env.ID, Tenant: env.Tenant, Source: env.Source}
 	*m = sink.Message{
 		ID: uuid.UUID(env.ID), Seq: env.Seq, Tenant: env.Tenant, Source: env.Source,
 		ReceivedAt: time.Unix(0, env.ReceivedAt), ContentType: env.ContentType,
-		Headers: env.Headers, Body: env.Body, SHA256: env.SHA256,
+		Headers: env.Headers, Body: env.Body, Size: size, SHA256: env.SHA256,
 		DedupeKey: env.DedupeKey, ReplayID: c.delivery.ReplayID, Flagged: env.Flagged,
 		Attempt: int(c.delivery.Attempts) + 1,
 	}
@@ -594,7 +583,7 @@ func (d *Dispatcher) deliverOne(ctx context.Context, c claimed, m *sink.Message)
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err := t.Sink.Deliver(actx, m)
+	err = t.Sink.Deliver(actx, m)
 	if err != nil && actx.Err() != nil && ctx.Err() == nil {
 		if own {
 			err = fmt.Errorf("no answer within the sink's timeout of %s: %w", timeout, err)
@@ -603,6 +592,41 @@ func (d *Dispatcher) deliverOne(ctx context.Context, c claimed, m *sink.Message)
 		}
 	}
 	return ref, err
+}
+
+// readEnvelope decodes c's hook into env for an attempt on s and returns
+// the body's length: from the commit path's encoding when it handed one
+// over (hot.go), else from the store; and, for a sink that reads no body
+// (sink.BodyFree), from the store without the body (env.Body nil).
+func (d *Dispatcher) readEnvelope(c claimed, s sink.Sink, env *store.Envelope) (int, error) {
+	v := c.value
+	if v == nil {
+		if _, ok := s.(sink.BodyFree); ok {
+			size, found, err := d.st.ReadHookMeta(c.seq, env)
+			switch {
+			case errors.Is(err, store.ErrCorrupt):
+				return 0, sink.Permanent(err)
+			case err != nil:
+				return 0, fmt.Errorf("read hook %d: %w", c.seq, err)
+			case !found:
+				return 0, sink.Permanent(fmt.Errorf("hook %d is missing from the store", c.seq))
+			}
+			return size, nil
+		}
+		var err error
+		if v, err = d.st.ReadHook(c.seq); err != nil {
+			return 0, fmt.Errorf("read hook %d: %w", c.seq, err)
+		}
+		if v == nil {
+			return 0, sink.Permanent(fmt.Errorf("hook %d is missing from the store", c.seq))
+		}
+	}
+	// v is Get's own copy or the commit path's, never written again: the
+	// message's body is a slice of it, not a third copy.
+	if err := store.DecodeEnvelopeAliasBodyInto(env, v); err != nil {
+		return 0, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))
+	}
+	return len(env.Body), nil
 }
 
 func isCancel(err error) bool { return errors.Is(err, context.Canceled) }

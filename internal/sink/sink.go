@@ -27,12 +27,16 @@ type Message struct {
 	ReceivedAt  time.Time
 	ContentType string
 	Headers     []hook.Header
-	Body        []byte
-	SHA256      [32]byte
-	DedupeKey   string // "" when the hook has none
-	ReplayID    string // "" unless delivered by a replay job
-	Flagged     bool
-	Attempt     int // 1 for the first attempt
+	// Body is the raw body, nil for a BodyFree sink when the dispatcher
+	// would have had to read it back from the store.
+	Body []byte
+	// Size is the body's length in bytes: len(Body) whenever Body is set.
+	Size      int
+	SHA256    [32]byte
+	DedupeKey string // "" when the hook has none
+	ReplayID  string // "" unless delivered by a replay job
+	Flagged   bool
+	Attempt   int // 1 for the first attempt
 }
 
 // IdempotencyKey is what a consumer dedupes on: <tenant>:<source>:<dedupe
@@ -82,6 +86,17 @@ type Bounded interface {
 // (sinktest.Target.DoesIO) checks both ways.
 type NoIO interface {
 	NoIO()
+}
+
+// BodyFree is a Sink whose Deliver never reads m.Body: the log sink logs
+// the body's size and checksum, never the body. The dispatcher then does
+// not read a body back from the store for it, and hands it a Message whose
+// Body may be nil (Size and SHA256 are always set): at 256 KiB that read's
+// copy was 90 % of the bytes allocated per hook (issue 14). A sink whose
+// target receives the body never implements it; the contract suite
+// (sinktest.Target.Carries) checks both ways.
+type BodyFree interface {
+	BodyFree()
 }
 
 // Error is a classified delivery failure.

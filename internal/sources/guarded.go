@@ -42,6 +42,13 @@ type guardedNoIO struct{ *guarded }
 
 func (guardedNoIO) NoIO() {}
 
+// guardedLog is a guarded sink whose inner sink does no I/O and reads no
+// body (sink.NoIO, sink.BodyFree: the log sink).
+type guardedLog struct{ *guarded }
+
+func (guardedLog) NoIO()     {}
+func (guardedLog) BodyFree() {}
+
 // guardedBounded is a guarded sink whose inner sink bounds its attempts
 // itself (sink.Bounded, an http sink's timeout_ms): the dispatcher then
 // gives them that one deadline, and its error names the sink's timeout.
@@ -53,11 +60,15 @@ type guardedBounded struct {
 func (g guardedBounded) AttemptBound() time.Duration { return g.b.AttemptBound() }
 
 // target is g as the dispatcher's target, with what the dispatcher asks
-// of its inner sink: no I/O (an API source's log sink), or its own bound
-// (an API source's http sink).
+// of its inner sink: no I/O and no body (an API source's log sink), or its
+// own bound (an API source's http sink).
 func (g *guarded) target() sink.Sink {
+	_, bodyFree := g.inner.(sink.BodyFree)
 	switch in := g.inner.(type) {
 	case sink.NoIO:
+		if bodyFree {
+			return guardedLog{g}
+		}
 		return guardedNoIO{g}
 	case sink.Bounded:
 		return guardedBounded{g, in}

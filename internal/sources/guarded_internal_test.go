@@ -80,14 +80,15 @@ func (boundedHold) AttemptBound() time.Duration { return 1500 * time.Millisecond
 // TestGuarded_TargetDoesNoIOExactlyWhenItsSinkDoesNone: an API source's
 // log sink reaches the dispatcher as a sink that does no I/O (sink.NoIO),
 // so its attempts get no deadline and their own worker, as a configured
-// source's do; an http sink keeps its own bound (sink.Bounded), so its
-// attempts get that one deadline; any other sink is neither. Before, the
-// guard hid both.
+// source's do, and that reads no body (sink.BodyFree), so none is read
+// back for it; an http sink keeps its own bound (sink.Bounded), so its
+// attempts get that one deadline; any other sink is none of these.
+// Before, the guard hid them.
 func TestGuarded_TargetDoesNoIOExactlyWhenItsSinkDoesNone(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		inner sink.Sink
-		noIO  bool
+		noIO  bool // and body-free: the log sink is both
 		bound time.Duration
 	}{
 		{"the log sink", logsink.New(testutil.Logger(t)), true, 0},
@@ -98,6 +99,9 @@ func TestGuarded_TargetDoesNoIOExactlyWhenItsSinkDoesNone(t *testing.T) {
 			target := newGuarded("out", tc.inner, testutil.Logger(t)).target()
 			if _, got := target.(sink.NoIO); got != tc.noIO {
 				t.Fatalf("target implements sink.NoIO: %v, want %v", got, tc.noIO)
+			}
+			if _, got := target.(sink.BodyFree); got != tc.noIO {
+				t.Fatalf("target implements sink.BodyFree: %v, want %v", got, tc.noIO)
 			}
 			var bound time.Duration
 			if b, ok := target.(sink.Bounded); ok {

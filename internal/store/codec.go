@@ -231,7 +231,7 @@ func lenField(n int) int { return (bits.Len64(uint64(n)|1)+6)/7 + n }
 // come from one allocation, the body from another.
 func DecodeEnvelope(b []byte) (*Envelope, error) {
 	v := &Envelope{}
-	if err := decodeEnvelope(v, b, true); err != nil {
+	if _, err := decodeEnvelope(v, b, bodyCopy); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -243,7 +243,7 @@ func DecodeEnvelope(b []byte) (*Envelope, error) {
 // the envelope or its Body is in use. Its strings share nothing with b.
 func DecodeEnvelopeAliasBody(b []byte) (*Envelope, error) {
 	v := &Envelope{}
-	if err := decodeEnvelope(v, b, false); err != nil {
+	if _, err := decodeEnvelope(v, b, bodyAlias); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -252,17 +252,31 @@ func DecodeEnvelopeAliasBody(b []byte) (*Envelope, error) {
 // DecodeEnvelopeAliasBodyInto is DecodeEnvelopeAliasBody into the caller's
 // v (the dispatcher's attempt keeps it on its stack: one allocation per
 // delivery less). On an error v's contents are unspecified.
-func DecodeEnvelopeAliasBodyInto(v *Envelope, b []byte) error { return decodeEnvelope(v, b, false) }
+func DecodeEnvelopeAliasBodyInto(v *Envelope, b []byte) error {
+	_, err := decodeEnvelope(v, b, bodyAlias)
+	return err
+}
+
+// bodyMode is what decodeEnvelope does with the body: the rest of the
+// envelope is copied out of b in every mode.
+type bodyMode uint8
+
+const (
+	bodyCopy  bodyMode = iota // v.Body is a copy of its own
+	bodyAlias                 // v.Body is a sub-slice of b
+	bodyNone                  // v.Body is nil; only its length is reported (Store.ReadHookMeta)
+)
 
 // offset is where rest starts inside whole. REQUIRES: rest was obtained
 // from whole by reslicing forward only (the decoder never does otherwise),
 // so their capacities differ by exactly that offset.
 func offset(whole, rest []byte) int { return cap(whole) - cap(rest) }
 
-func decodeEnvelope(v *Envelope, b []byte, copyBody bool) error {
+// decodeEnvelope decodes b into v and returns the body's length.
+func decodeEnvelope(v *Envelope, b []byte, mode bodyMode) (int, error) {
 	d := dec{b: b}
 	if ver := d.u8(); d.err == nil && ver != envelopeV1 {
-		return fmt.Errorf("decode envelope: unknown version %d: %w", ver, ErrCorrupt)
+		return 0, fmt.Errorf("decode envelope: unknown version %d: %w", ver, ErrCorrupt)
 	}
 	*v = Envelope{}
 	d.fixed(v.ID[:])
@@ -290,7 +304,7 @@ func decodeEnvelope(v *Envelope, b []byte, copyBody bool) error {
 	strEnd := offset(b, d.b)
 	body := d.raw()
 	if err := d.done("envelope"); err != nil {
-		return err
+		return 0, err
 	}
 	region := string(b[strStart:strEnd])
 	sub := func(x []byte) string {
@@ -305,13 +319,14 @@ func decodeEnvelope(v *Envelope, b []byte, copyBody bool) error {
 			v.Headers[i] = Header{Name: sub(h.raw()), Value: sub(h.raw())}
 		}
 	}
-	if copyBody {
+	switch mode {
+	case bodyCopy:
 		v.Body = make([]byte, len(body))
 		copy(v.Body, body)
-	} else {
+	case bodyAlias:
 		v.Body = body[:len(body):len(body)]
 	}
-	return nil
+	return len(body), nil
 }
 
 // EncodeDelivery encodes a d value.

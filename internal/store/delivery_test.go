@@ -1,6 +1,9 @@
 package store_test
 
 import (
+	"errors"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -169,4 +172,48 @@ func equal(a, b []int64) bool {
 		}
 	}
 	return true
+}
+
+// TestReadHookMeta_EverythingButTheBody: ReadHookMeta decodes what
+// ReadHook's envelope holds except the body, whose length it reports; an
+// absent hook is not found, and a value that does not decode is
+// store.ErrCorrupt.
+func TestReadHookMeta_EverythingButTheBody(t *testing.T) {
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), nil)
+	env := store.Envelope{
+		ID: [16]byte{1, 2, 3}, Seq: 7, ReceivedAt: 1_700_000_000_123_456_789, Tenant: "acme", Source: "github",
+		ContentType: "application/json", DedupeKey: "d-1", Flagged: true, SHA256: [32]byte{9, 8, 7},
+		Headers: []store.Header{{Name: "x-github-event", Value: "push"}, {Name: "x-empty", Value: ""}},
+		Body:    []byte(`{"big":"` + strings.Repeat("x", 100<<10) + `"}`),
+	}
+	b := st.NewBatch()
+	if err := b.Set(store.HookKey(7), store.EncodeEnvelope(&env), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Set(store.HookKey(8), []byte{1, 2}, nil); err != nil { // version 1, then cut short
+		t.Fatal(err)
+	}
+	if err := st.Apply(b); err != nil {
+		t.Fatal(err)
+	}
+
+	var got store.Envelope
+	n, found, err := st.ReadHookMeta(7, &got)
+	if err != nil || !found {
+		t.Fatalf("ReadHookMeta(7) = found %v, %v", found, err)
+	}
+	if n != len(env.Body) || got.Body != nil {
+		t.Fatalf("body length %d, body %d bytes; want %d and none", n, len(got.Body), len(env.Body))
+	}
+	want := env
+	want.Body = nil
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("envelope\n got %+v\nwant %+v", got, want)
+	}
+	if _, found, err := st.ReadHookMeta(9, &got); found || err != nil {
+		t.Fatalf("ReadHookMeta of an absent hook = found %v, %v; want not found, no error", found, err)
+	}
+	if _, _, err := st.ReadHookMeta(8, &got); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("ReadHookMeta of a value cut short = %v, want store.ErrCorrupt", err)
+	}
 }

@@ -353,6 +353,26 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 	return out, nil
 }
 
+// view calls fn with the value at key, valid only during the call and
+// never to be modified: Pebble's own bytes, not a copy. found is false,
+// and fn is not called, if key is absent.
+func (s *Store) view(key []byte, fn func(v []byte) error) (found bool, err error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || s.db == nil {
+		return false, ErrClosed
+	}
+	v, c, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("get %q: %w", key, err)
+	}
+	defer c.Close()
+	return true, fn(v)
+}
+
 // Scan calls fn for every key in [lower, upper) in order until fn returns
 // false. Keys and values are only valid during the call.
 func (s *Store) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {

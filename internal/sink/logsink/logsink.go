@@ -18,12 +18,17 @@ type Sink struct {
 
 var (
 	_ sink.Sink = (*Sink)(nil)
-	_ sink.NoIO = (*Sink)(nil)
+	_ sink.NoIO     = (*Sink)(nil)
+	_ sink.BodyFree = (*Sink)(nil)
 )
 
 // NoIO: Deliver hands one line to the logger and waits on nothing a
 // deadline could end, so its attempts carry none (sink.NoIO).
 func (*Sink) NoIO() {}
+
+// BodyFree: the line carries the body's size and sha256, never the body,
+// so none is read back from the store to deliver it (sink.BodyFree).
+func (*Sink) BodyFree() {}
 
 // New returns a log sink writing to log.
 func New(log *slog.Logger) *Sink { return &Sink{log: log.With("component", "sink.log")} }
@@ -42,7 +47,7 @@ func (s *Sink) Deliver(ctx context.Context, m *sink.Message) error {
 	var buf [10]slog.Attr
 	attrs := append(buf[:0],
 		slog.String("id", m.ID.String()), slog.Uint64("seq", m.Seq), slog.String("tenant", m.Tenant),
-		slog.String("source", m.Source), slog.String("content_type", m.ContentType), slog.Int("size", len(m.Body)),
+		slog.String("source", m.Source), slog.String("content_type", m.ContentType), slog.Int("size", m.Size),
 		slog.String("sha256", string(sum[:])), slog.Int("attempt", m.Attempt))
 	if m.DedupeKey != "" {
 		attrs = append(attrs, slog.String("dedupe_key", m.DedupeKey))

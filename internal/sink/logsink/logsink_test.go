@@ -23,7 +23,7 @@ func TestDeliverLine(t *testing.T) {
 	body := []byte(`{"secret":"do-not-log"}`)
 	base := sink.Message{
 		ID: uuid.MustParse("0190a5e0-0000-7000-8000-000000000001"), Seq: 42, Tenant: "acme", Source: "github",
-		ContentType: "application/json", Body: body, SHA256: sha256.Sum256(body), Attempt: 3,
+		ContentType: "application/json", Body: body, Size: len(body), SHA256: sha256.Sum256(body), Attempt: 3,
 		Headers: []hook.Header{{Name: "x-token", Value: "header-value-not-logged"}},
 	}
 	want := map[string]any{
@@ -42,6 +42,9 @@ func TestDeliverLine(t *testing.T) {
 		{"dedupe and replay ids", slog.LevelDebug, func(m *sink.Message) { m.DedupeKey, m.ReplayID = "k-1", "r-1" },
 			map[string]any{"dedupe_key": "k-1", "replay_id": "r-1"}},
 		{"warn level: no line", slog.LevelWarn, func(*sink.Message) {}, nil},
+		// The dispatcher does not read the body back for the log sink
+		// (sink.BodyFree): the line's size is the message's Size.
+		{"no body handed over", slog.LevelInfo, func(m *sink.Message) { m.Body = nil }, map[string]any{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -81,6 +81,7 @@ type Target struct {
 // Run runs the contract suite against tg.
 func Run(t *testing.T, tg Target) {
 	t.Run("NoIOExactlyWhenItDoesNoIO", func(t *testing.T) { testNoIO(t, tg) })
+	t.Run("BodyFreeExactlyWhenItCarriesNoBody", func(t *testing.T) { testBodyFree(t, tg) })
 	t.Run("DeliverCarriesTheMessageIntact", func(t *testing.T) { testDeliver(t, tg) })
 	t.Run("RefusalIsPermanent", func(t *testing.T) { testRefusal(t, tg) })
 	t.Run("EndedContextReturnsPromptly", func(t *testing.T) { testContext(t, tg) })
@@ -104,6 +105,7 @@ func NewMessage() *sink.Message {
 			{Name: "x-hub-signature-256", Value: "sha256=0a1b"},
 		},
 		Body:      body,
+		Size:      len(body),
 		SHA256:    sha256.Sum256(body),
 		DedupeKey: "delivery-7",
 		ReplayID:  "replay-1",
@@ -169,6 +171,9 @@ func boundCtx(t *testing.T) context.Context {
 func testDeliver(t *testing.T, tg Target) {
 	in := tg.New(t)
 	m := NewMessage()
+	if _, ok := in.Sink.(sink.BodyFree); ok {
+		m.Body = nil // as the dispatcher may hand it (sink.BodyFree)
+	}
 	if err := deliver(t, in.Sink, boundCtx(t), m); err != nil {
 		t.Fatalf("Deliver to a healthy target: %v", err)
 	}
@@ -246,6 +251,9 @@ func testContext(t *testing.T, tg Target) {
 func testClose(t *testing.T, tg Target) {
 	in := tg.New(t)
 	m := NewMessage()
+	if _, ok := in.Sink.(sink.BodyFree); ok {
+		m.Body = nil // as the dispatcher may hand it (sink.BodyFree)
+	}
 	if err := deliver(t, in.Sink, boundCtx(t), m); err != nil {
 		t.Fatalf("Deliver: %v", err)
 	}
@@ -254,6 +262,19 @@ func testClose(t *testing.T, tg Target) {
 	}
 	if err := in.Sink.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// testBodyFree: a sink claims sink.BodyFree (the dispatcher then may not
+// read the body back for it) only when its target gets no body, and one
+// whose target gets none claims it.
+func testBodyFree(t *testing.T, tg Target) {
+	_, bodyFree := tg.New(t).Sink.(sink.BodyFree)
+	switch carries := tg.Carries&CarriesBody != 0; {
+	case carries && bodyFree:
+		t.Fatal("the sink hands its target the body but implements sink.BodyFree: it would be delivered without one")
+	case !carries && !bodyFree:
+		t.Fatal("the sink hands its target no body but does not implement sink.BodyFree: the body is read back from the store for nothing")
 	}
 }
 
