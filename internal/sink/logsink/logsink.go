@@ -17,7 +17,7 @@ type Sink struct {
 }
 
 var (
-	_ sink.Sink = (*Sink)(nil)
+	_ sink.Sink     = (*Sink)(nil)
 	_ sink.NoIO     = (*Sink)(nil)
 	_ sink.BodyFree = (*Sink)(nil)
 )
