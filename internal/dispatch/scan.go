@@ -605,7 +605,7 @@ func (d *Dispatcher) readEnvelope(c claimed, s sink.Sink, env *store.Envelope) (
 			size, found, err := d.st.ReadHookMeta(c.seq, env)
 			switch {
 			case errors.Is(err, store.ErrCorrupt):
-				return 0, sink.Permanent(err)
+				return 0, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))
 			case err != nil:
 				return 0, fmt.Errorf("read hook %d: %w", c.seq, err)
 			case !found:

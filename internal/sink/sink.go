@@ -89,11 +89,11 @@ type NoIO interface {
 }
 
 // BodyFree is a Sink whose Deliver never reads m.Body: the log sink logs
-// the body's size and checksum, never the body. The dispatcher then does
-// not read a body back from the store for it, and hands it a Message whose
-// Body may be nil (Size and SHA256 are always set): at 256 KiB that read's
-// copy was 90 % of the bytes allocated per hook (issue 14). A sink whose
-// target receives the body never implements it; the contract suite
+// the body's size and checksum, never the body. For it the dispatcher does
+// not copy a stored body out of the store, and hands it a Message whose
+// Body may be nil (Size and SHA256 are always set): at 256 KiB that copy
+// was 90 % of the bytes allocated per hook (issue 14). A sink whose target
+// receives the body never implements it; the contract suite
 // (sinktest.Target.Carries) checks both ways.
 type BodyFree interface {
 	BodyFree()

@@ -43,7 +43,11 @@ type guardedNoIO struct{ *guarded }
 func (guardedNoIO) NoIO() {}
 
 // guardedLog is a guarded sink whose inner sink does no I/O and reads no
-// body (sink.NoIO, sink.BodyFree: the log sink).
+// body (sink.NoIO, sink.BodyFree: the log sink). The log sink is the only
+// BodyFree sink, so no other combination has a wrapper: a BodyFree sink
+// that did I/O would reach the dispatcher without BodyFree (delivered
+// correctly, its body copied out of the store all the same) until one is
+// added here.
 type guardedLog struct{ *guarded }
 
 func (guardedLog) NoIO()     {}

@@ -221,17 +221,16 @@ func (s *Store) ReadHook(seq uint64) ([]byte, error) { return s.Get(HookKey(seq)
 // copied out of the store, never the body, which ReadHook copies whole: a
 // sink that reads no body (sink.BodyFree, the log sink) is delivered
 // without it (at 256 KiB, that copy was 90 % of the bytes allocated per
-// hook and a tenth of its CPU, issue 14). found is false if seq is absent.
+// hook and a tenth of its CPU, issue 14). found is false, and v untouched,
+// if seq is absent; on an error (ErrCorrupt for a value that does not
+// decode) v's contents are unspecified.
 func (s *Store) ReadHookMeta(seq uint64, v *Envelope) (bodyLen int, found bool, err error) {
 	found, err = s.view(HookKey(seq), func(b []byte) error {
 		var derr error
 		bodyLen, derr = decodeEnvelope(v, b, bodyNone)
 		return derr
 	})
-	if err != nil {
-		return 0, false, fmt.Errorf("hook %d: %w", seq, err)
-	}
-	return bodyLen, found, nil
+	return bodyLen, found, err
 }
 
 // ReadDelivery returns delivery (seq, sink), nil if absent.

@@ -274,7 +274,7 @@ func testBodyFree(t *testing.T, tg Target) {
 	case carries && bodyFree:
 		t.Fatal("the sink hands its target the body but implements sink.BodyFree: it would be delivered without one")
 	case !carries && !bodyFree:
-		t.Fatal("the sink hands its target no body but does not implement sink.BodyFree: the body is read back from the store for nothing")
+		t.Fatal("the sink hands its target no body but does not implement sink.BodyFree: unless its Deliver reads the body for something else, the body is copied out of the store for nothing")
 	}
 }
 
