@@ -92,10 +92,13 @@ type dualState struct {
 	unavailable error
 	obs         DualObserver
 	answer      func(*item, outcome)
-	log         *slog.Logger
-	now         func() time.Time
-	wakeRec     chan struct{} // capacity 1
-	pub         *publisher
+	// spend hands an answered group's replies slice back to the writer
+	// (syncer.spend).
+	spend   func([]pendingReply)
+	log     *slog.Logger
+	now     func() time.Time
+	wakeRec chan struct{} // capacity 1
+	pub     *publisher
 	// passMu makes reconciler passes one at a time, so a record is never
 	// republished by two passes at once.
 	passMu sync.Mutex

@@ -154,7 +154,8 @@ type Options struct {
 	OnDurable func()
 	// OnCommitted, when set, receives the new hooks of each group once the
 	// fsync that covers them returned (on the syncer goroutine, before
-	// OnDurable; it must not block and may keep the slice): what dispatch
+	// OnDurable; it must not block, and must not keep the slice, which the
+	// writer reuses, though it may keep its elements): what dispatch
 	// needs to deliver them without reading their rows back. Never called
 	// for a group that was not made durable (ack rule 1). Under dual that
 	// is the local half, whatever the log answers (the due scan delivers
@@ -239,6 +240,7 @@ func New(st *store.Store, opts Options) (*Queue, error) {
 			return nil, errors.New("queue: dual commit needs an intake")
 		}
 		w.dual = newDualState(*opts.Dual, q.batcher, q.opts.Logger, q.opts.Now)
+		w.dual.spend = func(r []pendingReply) { q.syncer.spend(r, nil) } // before the writer runs
 		if err := w.seedMarks(); err != nil {
 			return nil, err
 		}

@@ -75,14 +75,27 @@ type syncer struct {
 	answer func(*item, outcome) // the batcher's answer: replies and frees the room
 
 	// spent hands the writer back the replies slices of answered groups
-	// (disk: nothing reads them after answerAll), cleared, for its next
-	// groups; a full channel drops the slice (issue 14: one allocation per
-	// group, and groups are often one record).
-	spent chan []pendingReply
+	// (disk: nothing reads them after answerAll; under dual, after the
+	// join answered them: dualGroup.resolve) and their committed slices
+	// (OnCommitted keeps no slice it was given), cleared, for its next
+	// groups; a full channel drops them (issue 14: an allocation per
+	// group, and groups are often one record; the committed slice grew by
+	// appends, about 150 bytes per hook).
+	spent chan spentGroup
+
+	// spareQueue is an answered batch's slice, for queue's next turn (run;
+	// only the run goroutine touches it).
+	spareQueue []handoff
+}
+
+// spentGroup is what an answered group leaves for the writer to reuse.
+type spentGroup struct {
+	replies   []pendingReply    // nil if they are not free yet (a dual join's)
+	committed []store.Committed // nil if it had none
 }
 
 func newSyncer(st *store.Store, opts *Options, b *batcher) *syncer {
-	s := &syncer{st: st, opts: opts, answer: b.answer, wake: b.wake, spent: make(chan []pendingReply, 64)}
+	s := &syncer{st: st, opts: opts, answer: b.answer, wake: b.wake, spent: make(chan spentGroup, 64)}
 	s.cond = sync.NewCond(&s.mu)
 	return s
 }
@@ -155,10 +168,14 @@ func (s *syncer) run() {
 			return
 		}
 		batch := s.queue
-		s.queue = nil
+		// The last batch's slice, answered and cleared, takes the writer's
+		// next handoffs (a growing append per batch, issue 14); only this
+		// goroutine holds it meanwhile.
+		s.queue, s.spareQueue = s.spareQueue, nil
 		if s.fenced {
 			s.mu.Unlock()
 			s.answerAll(batch, ErrStoreUnavailable)
+			s.recycle(batch)
 			continue
 		}
 		need := uint64(0)
@@ -171,6 +188,7 @@ func (s *syncer) run() {
 			// Duplicates of originals that are already durable: no fsync owed.
 			s.mu.Unlock()
 			s.answerAll(batch, nil)
+			s.recycle(batch)
 			continue
 		}
 		// Read applied before the fsync starts: everything up to it was
@@ -207,12 +225,20 @@ func (s *syncer) run() {
 
 		if err != nil {
 			s.answerAll(batch, fmt.Errorf("%w: %w", ErrStoreUnavailable, err))
+			s.recycle(batch)
 			s.onFail(err)
 			continue
 		}
 		s.answerAll(batch, nil)
+		s.recycle(batch)
 		s.opts.OnDurable()
 	}
+}
+
+// recycle keeps batch, answered, as the next batch's queue (run).
+func (s *syncer) recycle(batch []handoff) {
+	clear(batch)
+	s.spareQueue = batch[:0]
 }
 
 func (s *syncer) answerAll(batch []handoff, err error) {
@@ -233,6 +259,7 @@ func (s *syncer) answerAll(batch []handoff, err error) {
 				}
 			}
 			h.join.local(lerr)
+			s.spend(nil, h.committed)
 			continue
 		}
 		for _, r := range h.replies {
@@ -248,10 +275,23 @@ func (s *syncer) answerAll(batch []handoff, err error) {
 			}
 		}
 		clear(h.replies)
-		select {
-		case s.spent <- h.replies[:0]:
-		default:
-		}
+		s.spend(h.replies[:0], h.committed)
+	}
+}
+
+// spend hands a group's replies (cleared by the caller) and committed
+// slices back to the writer; nothing reads them any more.
+func (s *syncer) spend(replies []pendingReply, committed []store.Committed) {
+	if committed != nil {
+		clear(committed) // the reused slice must not keep values alive
+		committed = committed[:0]
+	}
+	if replies == nil && committed == nil {
+		return
+	}
+	select {
+	case s.spent <- spentGroup{replies: replies, committed: committed}:
+	default:
 	}
 }
 

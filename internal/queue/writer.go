@@ -250,7 +250,7 @@ type commitGroup struct {
 	dups     []pendingReply // dual: duplicates are answered by the local fsync alone
 	rows     []store.Row    // every row the group writes, for the fence's undo
 	restore  []store.Row    // the pen rows the group deletes, for the fence's undo (ack rule 7)
-	arena    store.RowArena // the keys and values of rows (disk: AppendHook)
+	arena    store.RowArena // the keys and values of rows (AppendHookValue)
 	entries  []*pendingEntry
 	inGroup  map[string]original   // dedupe key → the new hook of this group holding it
 	ids      map[[16]byte]original // caller-supplied id (Record.ID) → the new hook of this group holding it
@@ -285,12 +285,25 @@ func (w *writer) commit(items []*item) {
 		return
 	}
 	w.batch = w.st.RenewBatch(w.batch, batchSize(items))
-	var replies []pendingReply
-	select {
-	case r := <-w.s.spent: // an answered group's, cleared (syncer.answerAll)
-		replies = r
-	default:
+	// An answered group's slices, cleared (syncer.spend): under dual its
+	// replies and its committed slice come back apart, so up to two.
+	var spent spentGroup
+	for range 2 {
+		select {
+		case sp := <-w.s.spent:
+			if spent.replies == nil {
+				spent.replies = sp.replies
+			}
+			if spent.committed == nil {
+				spent.committed = sp.committed
+			}
+		default:
+		}
+		if spent.replies != nil && spent.committed != nil {
+			break
+		}
 	}
+	replies := spent.replies
 	if cap(replies) < len(items) {
 		replies = make([]pendingReply, 0, len(items))
 	}
@@ -298,27 +311,33 @@ func (w *writer) commit(items []*item) {
 		now: now, nowMs: now.UnixMilli(), dual: w.dual != nil, batch: w.batch,
 		replies: replies, firstSeq: w.nextSeq, start: time.Now(),
 	}
-	if !g.dual {
-		// One rows slice and one arena for the whole group (AppendHook),
-		// sized for every record written as a new hook with its dedupe rows.
-		nrows, nbytes := 0, 0
-		for _, it := range items {
-			r := it.rec
-			h := store.NewHook{Env: &store.Envelope{Tenant: r.Tenant, Source: r.Source, DedupeKey: r.DedupeKey}, Sinks: r.Sinks, Dedupe: r.DedupeKey != ""}
-			nrows += store.HookRowCount(&h)
-			nbytes += store.HookRowsSize(&h)
+	if w.opts.OnCommitted != nil {
+		g.committed = spent.committed
+		if cap(g.committed) < len(items) {
+			g.committed = make([]store.Committed, 0, len(items))
 		}
-		if n := len(w.spare); n > 0 {
-			sp := w.spare[n-1]
-			w.spare[n-1] = appliedGroup{}
-			w.spare = w.spare[:n-1]
-			g.rows, g.arena = sp.rows, sp.arena
-		}
-		if cap(g.rows) < nrows {
-			g.rows = make([]store.Row, 0, nrows)
-		}
-		g.arena.Grow(nbytes)
 	}
+	// One rows slice and one arena for the whole group (AppendHookValue),
+	// sized for every record written as a new hook with its dedupe rows;
+	// under disk, a spare from a group an fsync covered (pruneUnsynced),
+	// under dual new ones (the pending entries keep their rows).
+	nrows, nbytes := 0, 0
+	for _, it := range items {
+		r := it.rec
+		h := store.NewHook{Env: &store.Envelope{Tenant: r.Tenant, Source: r.Source, DedupeKey: r.DedupeKey}, Sinks: r.Sinks, Dedupe: r.DedupeKey != ""}
+		nrows += store.HookRowCount(&h)
+		nbytes += store.HookRowsSize(&h)
+	}
+	if n := len(w.spare); n > 0 {
+		sp := w.spare[n-1]
+		w.spare[n-1] = appliedGroup{}
+		w.spare = w.spare[:n-1]
+		g.rows, g.arena = sp.rows, sp.arena
+	}
+	if cap(g.rows) < nrows {
+		g.rows = make([]store.Row, 0, nrows)
+	}
+	g.arena.Grow(nbytes)
 	for _, it := range items {
 		w.add(g, it)
 	}
@@ -582,22 +601,25 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 	if hand && !g.dual {
 		h.Value = store.EncodeEnvelope(env)
 	}
-	var rows []store.Row
+	// The rows are appended to the group's one rows slice, keys and
+	// values cut from its one arena (sized in commit); the hook row goes
+	// into the batch now, the other rows at apply, family by family
+	// across the group (store.PutRowsByFamily).
 	if g.dual {
 		// The encoded value is kept: it is published and held for
-		// complete-local.
-		rows, _ = g.batch.PutHook(h) // a dead batch fails the apply
-		g.rows = append(g.rows, rows...)
-	} else {
-		// Under disk only the batch (and dispatch, above) reads the
-		// value: unless handed over, the envelope is encoded straight
-		// into the batch, and the kept rows have no value (the fence
-		// deletes by key). The other rows go in at apply, family by
-		// family across the group (store.PutRowsByFamily).
-		first := len(g.rows)
-		g.rows, _ = g.batch.AppendHookValue(g.rows, &g.arena, h) // a dead batch fails the apply
-		rows = g.rows[first:]
+		// complete-local, in the pending entry's rows, which are this
+		// hook's part of g.rows (never reused under dual: pruneUnsynced).
+		h.Value = store.EncodeEnvelope(env)
 	}
+	first := len(g.rows)
+	g.rows, _ = g.batch.AppendHookValue(g.rows, &g.arena, h) // a dead batch fails the apply
+	rows := g.rows[first:len(g.rows):len(g.rows)]
+	if g.dual {
+		rows[0].Value = h.Value
+	}
+	// Under disk only the batch (and dispatch, above) reads the value:
+	// unless handed over, the envelope is encoded straight into the
+	// batch, and the kept rows have no value (the fence deletes by key).
 	if commit {
 		c := store.Committed{Seq: seq, DueAtMs: dueAt, Size: uint32(len(r.Body)), Sinks: r.Sinks}
 		switch {
@@ -640,12 +662,10 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 	}
 	var join *dualGroup
 	if written > 0 {
-		if !g.dual {
-			// Ack rule 2: the rest of the group's rows, dedupe rows
-			// included, into the same batch as their hook rows.
-			_ = g.batch.PutRowsByFamily(g.rows) // a dead batch fails the apply
-		}
-		_ = g.batch.SetNextSeq(w.nextSeq) // ack rule 4
+		// Ack rule 2: the rest of the group's rows, dedupe rows included,
+		// into the same batch as their hook rows.
+		_ = g.batch.PutRowsByFamily(g.rows) // a dead batch fails the apply
+		_ = g.batch.SetNextSeq(w.nextSeq)   // ack rule 4
 		// Remember the group before applying: a failed apply may still have
 		// left rows visible, and the fence must delete them.
 		w.unsynced = append(w.unsynced, appliedGroup{maxSeq: w.nextSeq - 1, rows: g.rows, arena: g.arena, restore: g.restore})

@@ -94,6 +94,16 @@ func appendHeader[V string | []byte](dst []byte, name string, value V) []byte {
 	return appendField(appendField(dst, name), value)
 }
 
+// frameBound is at least the bytes appendFrame appends for r: every
+// length prefix counted at a uvarint's longest (10 bytes), the seq at its
+// longest decimal (20) and the id as its 36-character text.
+func frameBound(r *intake.Record) int {
+	names := len(intake.HeaderVersion) + len(intake.HeaderKind) + len(intake.HeaderNode) + len(intake.HeaderSeq) +
+		len(intake.HeaderID) + len(intake.HeaderIncarnation) + len(intake.HeaderTenant) + len(intake.HeaderSource)
+	values := len(r.Version) + len(r.Kind) + len(r.Node) + 20 + 36 + len(r.Incarnation) + len(r.Tenant) + len(r.Source)
+	return frameHeadLen + 1 + 10 + (2*recordHeaders+1)*10 + names + values + len(r.Value)
+}
+
 // appendField appends one length-prefixed field (uvarint length, bytes).
 func appendField[V string | []byte](dst []byte, v V) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(v)))

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -249,4 +250,26 @@ func FuzzFrameReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFrameBound_CoversEveryFrame: encodeBatch sizes its buffer by
+// frameBound, so a frame longer than its bound would only regrow it; this
+// holds the bound to the encoder for the longest seq, long fields (whose
+// length prefixes take several bytes) and an empty value.
+func TestFrameBound_CoversEveryFrame(t *testing.T) {
+	long := strings.Repeat("x", 70000)
+	for _, mod := range []func(r *intake.Record){
+		func(*intake.Record) {},
+		func(r *intake.Record) { r.Seq = ^uint64(0) },
+		func(r *intake.Record) { r.Value = nil },
+		func(r *intake.Record) { r.Value = []byte(long) },
+		func(r *intake.Record) { r.Tenant, r.Source, r.Node, r.Incarnation = long, long, long, long },
+	} {
+		r := sampleRecord()
+		mod(&r)
+		buf, _ := appendFrame(nil, &r)
+		if b := frameBound(&r); len(buf) > b {
+			t.Fatalf("frame of %d bytes, bound %d (seq %d, value %d bytes, tenant %d)", len(buf), b, r.Seq, len(r.Value), len(r.Tenant))
+		}
+	}
 }
