@@ -18,7 +18,7 @@ import (
 type appliedGroup struct {
 	maxSeq uint64
 	rows   []store.Row
-	// arena holds the rows' keys and values under disk (AppendHook).
+	// arena holds the rows' keys and values under disk (AppendHookValue).
 	arena store.RowArena
 	// restore are the pen rows the group took (ack rule 7): the fence puts
 	// them back when it deletes rows.
@@ -250,7 +250,7 @@ type commitGroup struct {
 	dups     []pendingReply // dual: duplicates are answered by the local fsync alone
 	rows     []store.Row    // every row the group writes, for the fence's undo
 	restore  []store.Row    // the pen rows the group deletes, for the fence's undo (ack rule 7)
-	arena    store.RowArena // the keys and values of rows (AppendHookValue)
+	arena    store.RowArena // the keys and values of rows (disk: AppendHookValue)
 	entries  []*pendingEntry
 	inGroup  map[string]original   // dedupe key → the new hook of this group holding it
 	ids      map[[16]byte]original // caller-supplied id (Record.ID) → the new hook of this group holding it
@@ -285,8 +285,9 @@ func (w *writer) commit(items []*item) {
 		return
 	}
 	w.batch = w.st.RenewBatch(w.batch, batchSize(items))
-	// An answered group's slices, cleared (syncer.spend): under dual its
-	// replies and its committed slice come back apart, so up to two.
+	// An answered group's slices, cleared (syncer.spend). Under disk they
+	// come back together; under dual its replies (from the join) and its
+	// committed slice (from the syncer) come back apart, so up to two.
 	var spent spentGroup
 	for range 2 {
 		select {
@@ -299,7 +300,7 @@ func (w *writer) commit(items []*item) {
 			}
 		default:
 		}
-		if spent.replies != nil && spent.committed != nil {
+		if w.dual == nil || spent.replies != nil && (spent.committed != nil || w.opts.OnCommitted == nil) {
 			break
 		}
 	}
@@ -317,10 +318,11 @@ func (w *writer) commit(items []*item) {
 			g.committed = make([]store.Committed, 0, len(items))
 		}
 	}
-	// One rows slice and one arena for the whole group (AppendHookValue),
-	// sized for every record written as a new hook with its dedupe rows;
-	// under disk, a spare from a group an fsync covered (pruneUnsynced),
-	// under dual new ones (the pending entries keep their rows).
+	// One rows slice for the whole group, sized for every record written
+	// as a new hook with its dedupe rows (under dual it holds only the row
+	// headers, for the fence; it grew by appends before); under disk also
+	// one arena for their keys and values (AppendHookValue), both a spare
+	// from a group an fsync covered (pruneUnsynced) when there is one.
 	nrows, nbytes := 0, 0
 	for _, it := range items {
 		r := it.rec
@@ -337,7 +339,9 @@ func (w *writer) commit(items []*item) {
 	if cap(g.rows) < nrows {
 		g.rows = make([]store.Row, 0, nrows)
 	}
-	g.arena.Grow(nbytes)
+	if !g.dual {
+		g.arena.Grow(nbytes)
+	}
 	for _, it := range items {
 		w.add(g, it)
 	}
@@ -601,25 +605,26 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 	if hand && !g.dual {
 		h.Value = store.EncodeEnvelope(env)
 	}
-	// The rows are appended to the group's one rows slice, keys and
-	// values cut from its one arena (sized in commit); the hook row goes
-	// into the batch now, the other rows at apply, family by family
-	// across the group (store.PutRowsByFamily).
+	var rows []store.Row
 	if g.dual {
 		// The encoded value is kept: it is published and held for
-		// complete-local, in the pending entry's rows, which are this
-		// hook's part of g.rows (never reused under dual: pruneUnsynced).
-		h.Value = store.EncodeEnvelope(env)
+		// complete-local. The pending entry's rows are an allocation of
+		// their own, not a view of the group's rows and arena: a carried
+		// entry outlives its group, and would keep every other record of
+		// it alive, envelopes included, outside the pending set's
+		// max_bytes (found by review).
+		rows, _ = g.batch.PutHook(h) // a dead batch fails the apply
+		g.rows = append(g.rows, rows...)
+	} else {
+		// Under disk only the batch (and dispatch, above) reads the
+		// value: unless handed over, the envelope is encoded straight
+		// into the batch, and the kept rows have no value (the fence
+		// deletes by key). The other rows go in at apply, family by
+		// family across the group (store.PutRowsByFamily).
+		first := len(g.rows)
+		g.rows, _ = g.batch.AppendHookValue(g.rows, &g.arena, h) // a dead batch fails the apply
+		rows = g.rows[first:]
 	}
-	first := len(g.rows)
-	g.rows, _ = g.batch.AppendHookValue(g.rows, &g.arena, h) // a dead batch fails the apply
-	rows := g.rows[first:len(g.rows):len(g.rows)]
-	if g.dual {
-		rows[0].Value = h.Value
-	}
-	// Under disk only the batch (and dispatch, above) reads the value:
-	// unless handed over, the envelope is encoded straight into the
-	// batch, and the kept rows have no value (the fence deletes by key).
 	if commit {
 		c := store.Committed{Seq: seq, DueAtMs: dueAt, Size: uint32(len(r.Body)), Sinks: r.Sinks}
 		switch {
@@ -662,10 +667,12 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 	}
 	var join *dualGroup
 	if written > 0 {
-		// Ack rule 2: the rest of the group's rows, dedupe rows included,
-		// into the same batch as their hook rows.
-		_ = g.batch.PutRowsByFamily(g.rows) // a dead batch fails the apply
-		_ = g.batch.SetNextSeq(w.nextSeq)   // ack rule 4
+		if !g.dual {
+			// Ack rule 2: the rest of the group's rows, dedupe rows
+			// included, into the same batch as their hook rows.
+			_ = g.batch.PutRowsByFamily(g.rows) // a dead batch fails the apply
+		}
+		_ = g.batch.SetNextSeq(w.nextSeq) // ack rule 4
 		// Remember the group before applying: a failed apply may still have
 		// left rows visible, and the fence must delete them.
 		w.unsynced = append(w.unsynced, appliedGroup{maxSeq: w.nextSeq - 1, rows: g.rows, arena: g.arena, restore: g.restore})
