@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"sync"
@@ -335,15 +336,9 @@ func (s *Store) Failed() error {
 func (s *Store) Get(key []byte) ([]byte, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed || s.db == nil {
-		return nil, ErrClosed
-	}
-	v, c, err := s.db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get %q: %w", key, err)
+	v, c, err := s.getLocked(key)
+	if err != nil || c == nil {
+		return nil, err
 	}
 	// Non-nil even when empty: due and expiry rows have empty values, and
 	// "present but empty" must not read as "absent".
@@ -359,18 +354,28 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 func (s *Store) view(key []byte, fn func(v []byte) error) (found bool, err error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.closed || s.db == nil {
-		return false, ErrClosed
-	}
-	v, c, err := s.db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("get %q: %w", key, err)
+	v, c, err := s.getLocked(key)
+	if err != nil || c == nil {
+		return false, err
 	}
 	defer c.Close()
 	return true, fn(v)
+}
+
+// getLocked is Get's and view's Pebble lookup: Pebble's value and its
+// closer, or a nil closer if key is absent. REQUIRES: s.mu held.
+func (s *Store) getLocked(key []byte) ([]byte, io.Closer, error) {
+	if s.closed || s.db == nil {
+		return nil, nil, ErrClosed
+	}
+	v, c, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	return v, c, nil
 }
 
 // Scan calls fn for every key in [lower, upper) in order until fn returns
