@@ -494,6 +494,7 @@ type loopScratch struct {
 	done       map[rowRef]*store.Delivery
 	at         map[uint64]int
 	removed    map[uint64]bool
+	pass       pass // the claim pass's (newPass)
 }
 
 // reset ends an outcome batch's use of the scratch.

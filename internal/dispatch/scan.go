@@ -32,7 +32,16 @@ type pass struct {
 	// collect) and the routing (scanAndClaim) decide a pass's claims from
 	// one reading of the targets.
 	noIO map[uint16]bool
-	seen int
+	// bufs keeps each sink's candidate array from pass to pass (byNum's
+	// slices start at them); picked and probing are roundRobin's. The
+	// pass lives in the loop's scratch (newPass): a pass's maps and
+	// slices were made afresh, about 90 bytes and four allocations per
+	// delivered hook at C=64 (issue 14). Candidates hold no pointers,
+	// so a kept array keeps nothing alive.
+	bufs    map[uint16][]candidate
+	picked  []candidate
+	probing map[uint16]bool
+	seen    int
 	// low is the earliest row this pass leaves due (-1: none), lastAt the
 	// time of the last row it stepped over (stepped: it stepped over one):
 	// together they become the cursor (settle).
@@ -52,12 +61,7 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 	}
 	d.hot.take()
 	now := d.o.Now()
-	p := &pass{
-		now: now, nowMs: now.UnixMilli(),
-		free:  min(d.o.MaxInflight-d.inflight, d.o.ScanBatch),
-		byNum: map[uint16][]candidate{},
-		low:   -1, lastAt: d.low,
-	}
+	p := d.scratch.newPass(now, min(d.o.MaxInflight-d.inflight, d.o.ScanBatch), d.low)
 	if err := d.collect(p); err != nil {
 		d.log.Warn("due scan failed", "err", err)
 		return now.Add(d.o.Poll)
@@ -68,7 +72,10 @@ func (d *Dispatcher) scanAndClaim(ctx context.Context) time.Time {
 		return p.next
 	}
 	picked := d.roundRobin(p)
-	claims := d.claim(p, append(d.probeParked(p, len(picked)), picked...))
+	if probes := d.probeParked(p, len(picked)); len(probes) > 0 {
+		picked = append(probes, picked...)
+	}
+	claims := d.claim(p, picked)
 	if len(claims) == 0 {
 		return p.next
 	}
@@ -158,6 +165,7 @@ func (d *Dispatcher) collect(p *pass) error {
 		q, ok := p.byNum[num]
 		if !ok {
 			p.order = append(p.order, num)
+			q = p.bufs[num][:0]
 		}
 		if len(q) >= p.free {
 			// roundRobin takes at most p.free of one sink, so the row is
@@ -168,7 +176,8 @@ func (d *Dispatcher) collect(p *pass) error {
 			p.leave(at)
 			return true
 		}
-		p.byNum[num] = append(q, candidate{at, seq, num})
+		q = append(q, candidate{at, seq, num})
+		p.byNum[num], p.bufs[num] = q, q // q starts at bufs[num]'s array: collect only appends
 		return true
 	})
 }
@@ -177,8 +186,7 @@ func (d *Dispatcher) collect(p *pass) error {
 // half-open sink gets exactly one (its probe); the sinks that do no I/O
 // together get at most noIOMax in flight.
 func (d *Dispatcher) roundRobin(p *pass) []candidate {
-	var picked []candidate
-	probing := map[uint16]bool{}
+	picked, probing := p.picked[:0], p.probing
 	noIOFree := d.noIOMax() - d.noIOInflight
 	for len(picked) < p.free {
 		progress := false
@@ -219,7 +227,27 @@ func (d *Dispatcher) roundRobin(p *pass) []candidate {
 			break
 		}
 	}
+	p.picked = picked // its array, for the next pass
 	return picked
+}
+
+// newPass resets the scratch's pass for a scan at now that may claim
+// free rows, from the cursor low; its maps and arrays are kept.
+func (sc *loopScratch) newPass(now time.Time, free int, low int64) *pass {
+	p := &sc.pass
+	if p.byNum == nil {
+		p.byNum, p.noIO, p.bufs, p.probing = map[uint16][]candidate{}, map[uint16]bool{}, map[uint16][]candidate{}, map[uint16]bool{}
+	}
+	clear(p.byNum)
+	clear(p.noIO)
+	clear(p.probing)
+	*p = pass{
+		now: now, nowMs: now.UnixMilli(), free: free,
+		byNum: p.byNum, order: p.order[:0], noIO: p.noIO,
+		bufs: p.bufs, picked: p.picked[:0], probing: p.probing,
+		low: -1, lastAt: low,
+	}
+	return p
 }
 
 // probeDue reports whether a parked sink's breaker is half-open with no
@@ -504,9 +532,6 @@ func (d *Dispatcher) noIOMax() int {
 func (p *pass) noIOOf(d *Dispatcher, num uint16) bool {
 	v, ok := p.noIO[num]
 	if !ok {
-		if p.noIO == nil {
-			p.noIO = map[uint16]bool{}
-		}
 		v = d.doesNoIO(num)
 		p.noIO[num] = v
 	}
@@ -622,8 +647,8 @@ func (d *Dispatcher) readEnvelope(c claimed, s sink.Sink, env *store.Envelope) (
 		}
 	}
 	// v is Get's own copy or the commit path's, never written again: the
-	// message's body is a slice of it, not a third copy.
-	if err := store.DecodeEnvelopeAliasBodyInto(env, v); err != nil {
+	// message's body and strings are views of it, not a third copy.
+	if err := store.DecodeEnvelopeViewInto(env, v); err != nil {
 		return 0, sink.Permanent(fmt.Errorf("hook %d: %w", c.seq, err))
 	}
 	return len(env.Body), nil

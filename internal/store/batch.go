@@ -68,11 +68,16 @@ func (b *Batch) remove(key []byte, single bool) error {
 	if b.err != nil {
 		return b.err
 	}
-	del := b.b.Delete
+	// Pebble copies the key into the batch. The two calls are direct (not
+	// a method value) so that the key does not escape: a caller's key on
+	// the stack stays there (DropFreshDue).
+	var err error
 	if single {
-		del = b.b.SingleDelete
+		err = b.b.SingleDelete(key, nil)
+	} else {
+		err = b.b.Delete(key, nil)
 	}
-	if err := del(key, nil); err != nil {
+	if err != nil {
 		return err
 	}
 	if single {

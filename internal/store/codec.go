@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"unsafe"
 
 	"github.com/ankusa/ankusa/internal/hook"
 )
@@ -249,22 +250,29 @@ func DecodeEnvelopeAliasBody(b []byte) (*Envelope, error) {
 	return v, nil
 }
 
-// DecodeEnvelopeAliasBodyInto is DecodeEnvelopeAliasBody into the caller's
-// v (the dispatcher's attempt keeps it on its stack: one allocation per
-// delivery less). On an error v's contents are unspecified.
-func DecodeEnvelopeAliasBodyInto(v *Envelope, b []byte) error {
-	_, err := decodeEnvelope(v, b, bodyAlias)
+// DecodeEnvelopeViewInto decodes an h value into the caller's v with
+// nothing copied: the body and every string are views of b (the
+// dispatcher's attempt, v on its stack: its reads of a hook cost no
+// allocation but the headers' slice). REQUIRES: b is never written again,
+// not only while v is in use: a string is immutable, and a sink may keep
+// one (a log attribute, a map key) after its attempt. The dispatcher's
+// values are Store.Get's own copy or the commit path's encoding, which
+// nothing writes once made. On an error v's contents are unspecified.
+func DecodeEnvelopeViewInto(v *Envelope, b []byte) error {
+	_, err := decodeEnvelope(v, b, viewAll)
 	return err
 }
 
-// bodyMode is what decodeEnvelope does with the body: the rest of the
-// envelope is copied out of b in every mode.
+// bodyMode is what decodeEnvelope does with the body, and with the
+// strings: they are copied out of b (one allocation) in every mode but
+// viewAll.
 type bodyMode uint8
 
 const (
 	bodyCopy  bodyMode = iota // v.Body is a copy of its own
 	bodyAlias                 // v.Body is a sub-slice of b
 	bodyNone                  // v.Body is nil; only its length is reported (Store.ReadHookMeta)
+	viewAll                   // v.Body and the strings are views of b (DecodeEnvelopeViewInto)
 )
 
 // offset is where rest starts inside whole. REQUIRES: rest was obtained
@@ -306,7 +314,12 @@ func decodeEnvelope(v *Envelope, b []byte, mode bodyMode) (int, error) {
 	if err := d.done("envelope"); err != nil {
 		return 0, err
 	}
-	region := string(b[strStart:strEnd])
+	var region string
+	if mode == viewAll {
+		region = unsafe.String(unsafe.SliceData(b[strStart:]), strEnd-strStart)
+	} else {
+		region = string(b[strStart:strEnd])
+	}
 	sub := func(x []byte) string {
 		o := offset(b, x) - strStart
 		return region[o : o+len(x)]
@@ -323,7 +336,7 @@ func decodeEnvelope(v *Envelope, b []byte, mode bodyMode) (int, error) {
 	case bodyCopy:
 		v.Body = make([]byte, len(body))
 		copy(v.Body, body)
-	case bodyAlias:
+	case bodyAlias, viewAll:
 		v.Body = body[:len(body):len(body)]
 	}
 	return len(body), nil

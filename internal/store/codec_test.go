@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/ankusa/ankusa/internal/store"
 )
@@ -167,6 +168,35 @@ func checkEncodingForms(t *testing.T, in *store.Envelope) {
 	if !reflect.DeepEqual(*got, want) {
 		t.Fatalf("DecodeEnvelopeAliasBody's strings alias the input")
 	}
+
+	// DecodeEnvelopeViewInto: the same value, nothing copied.
+	view := slices.Clone(enc)
+	var vv store.Envelope
+	vv.Headers = []store.Header{{Name: "stale", Value: "from an earlier decode"}}
+	if err := store.DecodeEnvelopeViewInto(&vv, view); err != nil {
+		t.Fatalf("DecodeEnvelopeViewInto: %v", err)
+	}
+	want = normEnvelope(*in)
+	if !reflect.DeepEqual(vv, want) {
+		t.Fatalf("DecodeEnvelopeViewInto differs:\n got %s\nwant %s", brief(vv), brief(want))
+	}
+	inView := func(s string) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		lo := uintptr(unsafe.Pointer(&view[0]))
+		return p >= lo && p+uintptr(len(s)) <= lo+uintptr(len(view))
+	}
+	strs := []string{vv.Tenant, vv.Source, vv.ContentType, vv.DedupeKey}
+	for _, h := range vv.Headers {
+		strs = append(strs, h.Name, h.Value)
+	}
+	for _, s := range strs {
+		if s != "" && !inView(s) {
+			t.Fatalf("DecodeEnvelopeViewInto copied the string %q", s)
+		}
+	}
+	if len(vv.Body) > 0 && (&vv.Body[0] != &view[len(view)-len(vv.Body)] || cap(vv.Body) != len(vv.Body)) {
+		t.Fatalf("DecodeEnvelopeViewInto's body is not the input's last %d bytes, capped", len(vv.Body))
+	}
 }
 
 // brief prints an envelope without dumping megabytes.
@@ -270,12 +300,14 @@ func codecCases() []codecCase {
 	ded := sampleDedupe()
 	decEnv := func(b []byte) error { _, err := store.DecodeEnvelope(b); return err }
 	decEnvAlias := func(b []byte) error { _, err := store.DecodeEnvelopeAliasBody(b); return err }
+	decEnvView := func(b []byte) error { var v store.Envelope; return store.DecodeEnvelopeViewInto(&v, b) }
 	decDel := func(b []byte) error { _, err := store.DecodeDelivery(b); return err }
 	decDed := func(b []byte) error { _, err := store.DecodeDedupe(b); return err }
 	return []codecCase{
 		{"envelope", store.EncodeEnvelope(&env), decEnv},
 		{"empty envelope", store.EncodeEnvelope(&envEmpty), decEnv},
 		{"envelope, body aliased", store.EncodeEnvelope(&env), decEnvAlias},
+		{"envelope, viewed", store.EncodeEnvelope(&env), decEnvView},
 		{"delivery", store.EncodeDelivery(&del), decDel},
 		{"empty delivery", store.EncodeDelivery(&store.Delivery{}), decDel},
 		{"dedupe", store.EncodeDedupe(&ded), decDed},
@@ -511,6 +543,10 @@ func FuzzDecodeEnvelope(f *testing.F) {
 		}
 		if va, aerr := store.DecodeEnvelopeAliasBody(slices.Clone(in)); aerr != nil || !reflect.DeepEqual(*va, *v) {
 			t.Fatalf("DecodeEnvelopeAliasBody disagrees with DecodeEnvelope: %v", aerr)
+		}
+		var vv store.Envelope
+		if verr := store.DecodeEnvelopeViewInto(&vv, slices.Clone(in)); verr != nil || !reflect.DeepEqual(vv, *v) {
+			t.Fatalf("DecodeEnvelopeViewInto disagrees with DecodeEnvelope: %v", verr)
 		}
 		snapshot := cloneEnvelope(*v)
 		for i := range in {

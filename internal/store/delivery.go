@@ -121,7 +121,8 @@ func (b *Batch) DropDue(atMs int64, seq uint64, sink uint16) {
 // the same batch (DeleteDeliveredHooks) whose rows are Fresh: a single
 // delete, under W1.
 func (b *Batch) DropFreshDue(atMs int64, seq uint64, sink uint16) {
-	_ = b.singleDelete(DueKey(atMs, seq, sink))
+	var k [dueKeyLen]byte // on the stack: the delete copies it
+	_ = b.singleDelete(appendDueKey(k[:0], atMs, seq, sink))
 }
 
 // DropInflight removes an older build's in-flight row whose delivery row

@@ -131,8 +131,11 @@ func DeliveryPrefix(seq uint64) []byte {
 
 // DueKey is q + at + seq + sink.
 func DueKey(atMs int64, seq uint64, sink uint16) []byte {
-	return appendDueKey(make([]byte, 0, 19), atMs, seq, sink)
+	return appendDueKey(make([]byte, 0, dueKeyLen), atMs, seq, sink)
 }
+
+// dueKeyLen is a due key's length: the prefix, at, seq and sink.
+const dueKeyLen = 1 + 8 + 8 + 2
 
 func appendDueKey(dst []byte, atMs int64, seq uint64, sink uint16) []byte {
 	dst = binary.BigEndian.AppendUint64(append(dst, PrefixDue), uint64(atMs))
