@@ -120,7 +120,7 @@ func (p *publisher) publish(jobs []*dualGroup, all []intake.Record) []intake.Rec
 	for _, g := range jobs {
 		for _, e := range g.entries {
 			if e != nil {
-				all = append(all, e.rec)
+				all = append(all, e.record(p.d))
 			}
 		}
 	}

@@ -210,7 +210,7 @@ func (r *reconciler) pass(ctx context.Context) time.Time {
 		needLog = needLog[n:]
 		recs := make([]intake.Record, n)
 		for i, e := range chunk {
-			recs[i] = e.rec
+			recs[i] = e.record(r.d)
 		}
 		// A chunk the log refuses for one of its records is split until
 		// each refused record stands alone (publishRefusing): one record
@@ -297,7 +297,7 @@ func (q *Queue) Carry(seqs []uint64, refused bool) error {
 		}
 		e := &pendingEntry{
 			seq: seq, id: env.ID, firstAt: time.Unix(0, env.ReceivedAt), size: int64(len(v)),
-			localDone: true, stuck: refused, rec: storedRecord(d.node, d.incarnation, env, v),
+			localDone: true, stuck: refused, tenant: env.Tenant, source: env.Source, value: v,
 		}
 		if refused {
 			e.retryAt = d.now().Add(refusedRetry) // the republish was just refused

@@ -94,6 +94,7 @@ func (w *writer) fence(ctx context.Context, cause error) {
 	if err := w.recount(); err != nil {
 		w.log.Warn("recount after fence", "err", err)
 	}
+	clear(w.unsynced) // the undone groups' rows are not kept alive
 	w.unsynced = w.unsynced[:0]
 	last := w.nextSeq - 1
 	w.s.resume(last)

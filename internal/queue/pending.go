@@ -12,14 +12,18 @@ import (
 // pendingEntry is one record not yet confirmed in both places (ADR section
 // 5): its log record, its local ops, and which halves are done.
 type pendingEntry struct {
-	seq     uint64
-	id      [16]byte
-	dedupe  string // the u-key, "" without dedupe
-	rec     intake.Record
-	rows    []store.Row   // its local half, kept so complete-local re-applies exactly what the commit wrote
-	held    *store.PenRow // the pen row its batch deleted (ack rule 7): complete-local deletes it too
-	size    int64         // every row's key and value: rows[0].Value is rec.Value, counted once
-	firstAt time.Time
+	seq    uint64
+	id     [16]byte
+	dedupe string // the u-key, "" without dedupe
+	// tenant, source and value (the encoded envelope) are what its intake
+	// record carries besides this node's constants (record): the record
+	// is built at each publish, not kept, and is 112 bytes smaller.
+	tenant, source string
+	value          []byte
+	rows           []store.Row   // its local half, kept so complete-local re-applies exactly what the commit wrote
+	held           *store.PenRow // the pen row its batch deleted (ack rule 7): complete-local deletes it too
+	size           int64         // every row's key and value: rows[0].Value is value, counted once
+	firstAt        time.Time
 	// floor is completePos when the record was added: every position the
 	// log may give any copy of it is above floor, since each record
 	// counted there was confirmed before this record's first publish
@@ -36,6 +40,14 @@ type pendingEntry struct {
 	// the reconciler leaves it until then (refusedRetry).
 	retryAt time.Time
 	claim   ClaimHolder // a held fleet claim (claims.go), or nil
+}
+
+// record is e's intake record, as this node (d) publishes it.
+func (e *pendingEntry) record(d *dualState) intake.Record {
+	return intake.Record{
+		Version: intake.RecordVersion, Kind: intake.KindHook, Node: d.node, Seq: e.seq, ID: e.id,
+		Incarnation: d.incarnation, Tenant: e.tenant, Source: e.source, Value: e.value,
+	}
 }
 
 // pendingSet indexes carried and in-flight records by seq, id and dedupe

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ankusa/ankusa/internal/intake"
 	"github.com/ankusa/ankusa/internal/store"
 )
 
@@ -73,9 +72,49 @@ type writer struct {
 	batch   *store.Batch
 	drained []*item
 	env     store.Envelope
-	// spare are the rows slices and arenas of disk groups an fsync covered,
-	// for the next groups (see pruneUnsynced).
+	// spare are the rows slices and arenas of groups an fsync covered, for
+	// the next groups (see pruneUnsynced).
 	spare []appliedGroup
+	// spareReplies and spareCommitted are answered groups' slices the
+	// syncer handed back (takeSpent), at most maxSpareGroups of each.
+	spareReplies   [][]pendingReply
+	spareCommitted [][]store.Committed
+}
+
+// takeSpent moves every answered group's slices the syncer has handed
+// back (syncer.spend) into the writer's stashes. Taking one message per
+// group, as before, lost half of them under dual: its replies and its
+// committed slice come back in two messages, and a second one of a kind
+// was dropped.
+func (w *writer) takeSpent() {
+	for range cap(w.s.spent) {
+		select {
+		case sp := <-w.s.spent:
+			if sp.replies != nil && len(w.spareReplies) < maxSpareGroups {
+				w.spareReplies = append(w.spareReplies, sp.replies)
+			}
+			if sp.committed != nil && len(w.spareCommitted) < maxSpareGroups {
+				w.spareCommitted = append(w.spareCommitted, sp.committed)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// popSpare takes the newest slice of a stash, empty and with room for n,
+// or makes one when the stash is empty or its newest is too small (which
+// is then dropped: a stash of small slices must not stay small).
+func popSpare[T any](stash *[][]T, n int) []T {
+	if k := len(*stash); k > 0 {
+		s := (*stash)[k-1]
+		(*stash)[k-1] = nil
+		*stash = (*stash)[:k-1]
+		if cap(s) >= n {
+			return s[:0]
+		}
+	}
+	return make([]T, 0, n)
 }
 
 // maxHandedValue: the largest envelope handed to dispatch with its hook
@@ -285,38 +324,17 @@ func (w *writer) commit(items []*item) {
 		return
 	}
 	w.batch = w.st.RenewBatch(w.batch, batchSize(items))
-	// An answered group's slices, cleared (syncer.spend). Under disk they
-	// come back together; under dual its replies (from the join) and its
-	// committed slice (from the syncer) come back apart, so up to two.
-	var spent spentGroup
-	for range 2 {
-		select {
-		case sp := <-w.s.spent:
-			if spent.replies == nil {
-				spent.replies = sp.replies
-			}
-			if spent.committed == nil {
-				spent.committed = sp.committed
-			}
-		default:
-		}
-		if w.dual == nil || spent.replies != nil && (spent.committed != nil || w.opts.OnCommitted == nil) {
-			break
-		}
-	}
-	replies := spent.replies
-	if cap(replies) < len(items) {
-		replies = make([]pendingReply, 0, len(items))
-	}
+	// An answered group's slices, cleared (syncer.spend), when there are
+	// any: under disk they come back together; under dual a group's
+	// replies (from the join) and its committed slice (from the syncer)
+	// come back apart, so each kind has its own stash.
+	w.takeSpent()
 	g := &commitGroup{
 		now: now, nowMs: now.UnixMilli(), dual: w.dual != nil, batch: w.batch,
-		replies: replies, firstSeq: w.nextSeq, start: time.Now(),
+		replies: popSpare(&w.spareReplies, len(items)), firstSeq: w.nextSeq, start: time.Now(),
 	}
 	if w.opts.OnCommitted != nil {
-		g.committed = spent.committed
-		if cap(g.committed) < len(items) {
-			g.committed = make([]store.Committed, 0, len(items))
-		}
+		g.committed = popSpare(&w.spareCommitted, len(items))
 	}
 	// One rows slice for the whole group, sized for every record written
 	// as a new hook with its dedupe rows (under dual it holds only the row
@@ -643,12 +661,9 @@ func (w *writer) putHook(g *commitGroup, it *item, uk []byte) {
 		val := rows[0].Value
 		e := &pendingEntry{
 			seq: seq, id: it.id, dedupe: string(uk), rows: rows, firstAt: g.now, inflight: true, held: r.Held,
-			rec: intake.Record{
-				Version: intake.RecordVersion, Kind: intake.KindHook, Node: w.dual.node, Seq: seq, ID: it.id,
-				Incarnation: w.dual.incarnation, Tenant: r.Tenant, Source: r.Source, Value: val,
-			},
+			tenant: r.Tenant, source: r.Source, value: val,
 		}
-		// rows[0].Value is val, the record's Value too: counted once.
+		// rows[0].Value is val, the record's value too: counted once.
 		for _, o := range rows {
 			e.size += int64(len(o.Key) + len(o.Value))
 		}
@@ -716,28 +731,27 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 	return true
 }
 
-// pruneUnsynced forgets the groups an fsync has covered. Under disk their
-// rows slices and arenas become spares for the next groups: the batch
-// copied every key and value, the fence undoes only groups no fsync
-// covered, and nothing else holds them (under dual the pending entries
-// hold their rows' keys, so nothing is reused).
+// pruneUnsynced forgets the groups an fsync has covered. Their rows
+// slices and arenas become spares for the next groups: the batch copied
+// every key and value, the fence undoes only groups no fsync covered, and
+// nothing else holds them. Under dual the group's rows slice holds only
+// row headers whose keys and values are the pending entries' own (putHook):
+// it is cleared, so a spare keeps no entry alive, and its arena is empty.
 func (w *writer) pruneUnsynced() {
 	d := w.s.durable.Load()
 	i := 0
 	for i < len(w.unsynced) && w.unsynced[i].maxSeq <= d {
 		i++
 	}
-	if w.dual == nil {
-		for _, ag := range w.unsynced[:i] {
-			if len(w.spare) == maxSpareGroups {
-				break
-			}
-			clear(ag.rows)
-			ag.rows = ag.rows[:0]
-			ag.arena.Reset()
-			ag.restore = nil
-			w.spare = append(w.spare, ag)
+	for _, ag := range w.unsynced[:i] {
+		if len(w.spare) == maxSpareGroups {
+			break
 		}
+		clear(ag.rows)
+		ag.rows = ag.rows[:0]
+		ag.arena.Reset()
+		ag.restore = nil
+		w.spare = append(w.spare, ag)
 	}
 	if i > 0 {
 		n := copy(w.unsynced, w.unsynced[i:])
