@@ -32,8 +32,8 @@ type pass struct {
 	// collect) and the routing (scanAndClaim) decide a pass's claims from
 	// one reading of the targets.
 	noIO map[uint16]bool
-	// bufs keeps each sink's candidate array from pass to pass (byNum's
-	// slices start at them); picked and probing are roundRobin's. The
+	// bufs keeps each sink's candidate array from pass to pass (collect's
+	// slices in byNum start at them); picked and probing are roundRobin's. The
 	// pass lives in the loop's scratch (newPass): a pass's maps and
 	// slices were made afresh, about 90 bytes and four allocations per
 	// delivered hook at C=64 (issue 14). Candidates hold no pointers,

@@ -238,18 +238,6 @@ func DecodeEnvelope(b []byte) (*Envelope, error) {
 	return v, nil
 }
 
-// DecodeEnvelopeAliasBody decodes an h value whose buffer the caller owns
-// and hands over (Store.Get's copy): the returned Body is a sub-slice of b,
-// so the body is not copied again. b must not be modified or reused while
-// the envelope or its Body is in use. Its strings share nothing with b.
-func DecodeEnvelopeAliasBody(b []byte) (*Envelope, error) {
-	v := &Envelope{}
-	if _, err := decodeEnvelope(v, b, bodyAlias); err != nil {
-		return nil, err
-	}
-	return v, nil
-}
-
 // DecodeEnvelopeViewInto decodes an h value into the caller's v with
 // nothing copied: the body and every string are views of b (the
 // dispatcher's attempt, v on its stack: its reads of a hook cost no
@@ -269,10 +257,9 @@ func DecodeEnvelopeViewInto(v *Envelope, b []byte) error {
 type bodyMode uint8
 
 const (
-	bodyCopy  bodyMode = iota // v.Body is a copy of its own
-	bodyAlias                 // v.Body is a sub-slice of b
-	bodyNone                  // v.Body is nil; only its length is reported (Store.ReadHookMeta)
-	viewAll                   // v.Body and the strings are views of b (DecodeEnvelopeViewInto)
+	bodyCopy bodyMode = iota // v.Body is a copy of its own
+	bodyNone                 // v.Body is nil; only its length is reported (Store.ReadHookMeta)
+	viewAll                  // v.Body and the strings are views of b (DecodeEnvelopeViewInto)
 )
 
 // offset is where rest starts inside whole. REQUIRES: rest was obtained
@@ -336,7 +323,7 @@ func decodeEnvelope(v *Envelope, b []byte, mode bodyMode) (int, error) {
 	case bodyCopy:
 		v.Body = make([]byte, len(body))
 		copy(v.Body, body)
-	case bodyAlias, viewAll:
+	case viewAll:
 		v.Body = body[:len(body):len(body)]
 	}
 	return len(body), nil

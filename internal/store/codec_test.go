@@ -128,9 +128,8 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 
 // checkEncodingForms: EnvelopeSize is the encoding's exact length (so
 // EncodeEnvelope allocates once and never grows), AppendEnvelope appends
-// the same bytes after what dst holds, and DecodeEnvelopeAliasBody decodes
-// the same value with a Body that is a sub-slice of its input and strings
-// that are not.
+// the same bytes after what dst holds, and DecodeEnvelopeViewInto decodes
+// the same value with a Body and strings that are views of its input.
 func checkEncodingForms(t *testing.T, in *store.Envelope) {
 	t.Helper()
 	enc := store.EncodeEnvelope(in)
@@ -145,30 +144,6 @@ func checkEncodingForms(t *testing.T, in *store.Envelope) {
 	if !bytes.Equal(app[:len(prefix)], prefix) || !bytes.Equal(app[len(prefix):], enc) {
 		t.Fatalf("AppendEnvelope did not append the encoding after dst")
 	}
-	own := slices.Clone(enc)
-	got, err := store.DecodeEnvelopeAliasBody(own)
-	if err != nil {
-		t.Fatalf("DecodeEnvelopeAliasBody: %v", err)
-	}
-	want := normEnvelope(*in)
-	if !reflect.DeepEqual(*got, want) {
-		t.Fatalf("DecodeEnvelopeAliasBody differs:\n got %s\nwant %s", brief(*got), brief(want))
-	}
-	if len(got.Body) > 0 && &got.Body[0] != &own[len(own)-len(got.Body)] {
-		t.Fatalf("DecodeEnvelopeAliasBody copied the body")
-	}
-	if cap(got.Body) != len(got.Body) {
-		t.Fatalf("aliased Body has spare capacity %d: an append would write into the caller's buffer", cap(got.Body)-len(got.Body))
-	}
-	// Scribbling over everything but the body leaves the strings intact.
-	for i := range own[:len(own)-len(got.Body)] {
-		own[i] ^= 0x5a
-	}
-	want.Body = got.Body
-	if !reflect.DeepEqual(*got, want) {
-		t.Fatalf("DecodeEnvelopeAliasBody's strings alias the input")
-	}
-
 	// DecodeEnvelopeViewInto: the same value, nothing copied.
 	view := slices.Clone(enc)
 	var vv store.Envelope
@@ -176,7 +151,7 @@ func checkEncodingForms(t *testing.T, in *store.Envelope) {
 	if err := store.DecodeEnvelopeViewInto(&vv, view); err != nil {
 		t.Fatalf("DecodeEnvelopeViewInto: %v", err)
 	}
-	want = normEnvelope(*in)
+	want := normEnvelope(*in)
 	if !reflect.DeepEqual(vv, want) {
 		t.Fatalf("DecodeEnvelopeViewInto differs:\n got %s\nwant %s", brief(vv), brief(want))
 	}
@@ -299,14 +274,12 @@ func codecCases() []codecCase {
 	del := sampleDelivery()
 	ded := sampleDedupe()
 	decEnv := func(b []byte) error { _, err := store.DecodeEnvelope(b); return err }
-	decEnvAlias := func(b []byte) error { _, err := store.DecodeEnvelopeAliasBody(b); return err }
 	decEnvView := func(b []byte) error { var v store.Envelope; return store.DecodeEnvelopeViewInto(&v, b) }
 	decDel := func(b []byte) error { _, err := store.DecodeDelivery(b); return err }
 	decDed := func(b []byte) error { _, err := store.DecodeDedupe(b); return err }
 	return []codecCase{
 		{"envelope", store.EncodeEnvelope(&env), decEnv},
 		{"empty envelope", store.EncodeEnvelope(&envEmpty), decEnv},
-		{"envelope, body aliased", store.EncodeEnvelope(&env), decEnvAlias},
 		{"envelope, viewed", store.EncodeEnvelope(&env), decEnvView},
 		{"delivery", store.EncodeDelivery(&del), decDel},
 		{"empty delivery", store.EncodeDelivery(&store.Delivery{}), decDel},
@@ -540,9 +513,6 @@ func FuzzDecodeEnvelope(f *testing.F) {
 				t.Fatalf("error %v does not wrap ErrCorrupt", err)
 			}
 			return
-		}
-		if va, aerr := store.DecodeEnvelopeAliasBody(slices.Clone(in)); aerr != nil || !reflect.DeepEqual(*va, *v) {
-			t.Fatalf("DecodeEnvelopeAliasBody disagrees with DecodeEnvelope: %v", aerr)
 		}
 		var vv store.Envelope
 		if verr := store.DecodeEnvelopeViewInto(&vv, slices.Clone(in)); verr != nil || !reflect.DeepEqual(vv, *v) {

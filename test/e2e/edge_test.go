@@ -179,8 +179,13 @@ func TestEdge_QuarantineFloodAndReleaseAfterRotation(t *testing.T) {
 	rc := newReceiver(t, status(200))
 	dataDir := t.TempDir()
 	newSecret := "the rotated secret, sixteen+"
+	// The slowest legal refill (0.1/s): at the default 20/s a slow host
+	// took long enough over the 110 sends that the bucket refilled and
+	// nothing was limited (CI, 0.89 s: 110 held). Here the burst is all
+	// that is admitted unless the loop takes over 10 s per extra token.
 	in := startInstance(t, rc, func(c *config.Config) {
 		withGitHub("quarantine")(c)
+		c.Quarantine.Rate = 0.1
 		c.Node.DataDir = dataDir
 	})
 	path := "/webhooks/" + sourceID
