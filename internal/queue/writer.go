@@ -24,11 +24,6 @@ type appliedGroup struct {
 	restore []store.Row
 }
 
-// maxSpareGroups bounds the covered groups' rows and arenas the writer
-// keeps for reuse: one fsync covers every group applied while the last
-// one ran, often dozens of single-record groups.
-const maxSpareGroups = 64
-
 type sweepRequest struct {
 	reply chan sweepResult
 }
@@ -74,11 +69,11 @@ type writer struct {
 	env     store.Envelope
 	// spare are the rows slices and arenas of groups an fsync covered, for
 	// the next groups (see pruneUnsynced).
-	spare []appliedGroup
+	spare stash[appliedGroup]
 	// spareReplies and spareCommitted are answered groups' slices the
-	// syncer handed back (takeSpent), at most maxSpareGroups of each.
-	spareReplies   [][]pendingReply
-	spareCommitted [][]store.Committed
+	// syncer handed back (takeSpent).
+	spareReplies   stash[[]pendingReply]
+	spareCommitted stash[[]store.Committed]
 }
 
 // takeSpent moves every answered group's slices the syncer has handed
@@ -90,31 +85,12 @@ func (w *writer) takeSpent() {
 	for range cap(w.s.spent) {
 		select {
 		case sp := <-w.s.spent:
-			if sp.replies != nil && len(w.spareReplies) < maxSpareGroups {
-				w.spareReplies = append(w.spareReplies, sp.replies)
-			}
-			if sp.committed != nil && len(w.spareCommitted) < maxSpareGroups {
-				w.spareCommitted = append(w.spareCommitted, sp.committed)
-			}
+			putSlice(&w.spareReplies, sp.replies)
+			putSlice(&w.spareCommitted, sp.committed)
 		default:
 			return
 		}
 	}
-}
-
-// popSpare takes the newest slice of a stash, empty and with room for n,
-// or makes one when the stash is empty or its newest is too small (which
-// is then dropped: a stash of small slices must not stay small).
-func popSpare[T any](stash *[][]T, n int) []T {
-	if k := len(*stash); k > 0 {
-		s := (*stash)[k-1]
-		(*stash)[k-1] = nil
-		*stash = (*stash)[:k-1]
-		if cap(s) >= n {
-			return s[:0]
-		}
-	}
-	return make([]T, 0, n)
 }
 
 // maxHandedValue: the largest envelope handed to dispatch with its hook
@@ -331,10 +307,10 @@ func (w *writer) commit(items []*item) {
 	w.takeSpent()
 	g := &commitGroup{
 		now: now, nowMs: now.UnixMilli(), dual: w.dual != nil, batch: w.batch,
-		replies: popSpare(&w.spareReplies, len(items)), firstSeq: w.nextSeq, start: time.Now(),
+		replies: takeSlice(&w.spareReplies, len(items)), firstSeq: w.nextSeq, start: time.Now(),
 	}
 	if w.opts.OnCommitted != nil {
-		g.committed = popSpare(&w.spareCommitted, len(items))
+		g.committed = takeSlice(&w.spareCommitted, len(items))
 	}
 	// One rows slice for the whole group, sized for every record written
 	// as a new hook with its dedupe rows (under dual it holds only the row
@@ -348,17 +324,13 @@ func (w *writer) commit(items []*item) {
 		nrows += store.HookRowCount(&h)
 		nbytes += store.HookRowsSize(&h)
 	}
-	if n := len(w.spare); n > 0 {
-		sp := w.spare[n-1]
-		w.spare[n-1] = appliedGroup{}
-		w.spare = w.spare[:n-1]
+	if sp, ok := w.spare.take(nrows); ok {
 		g.rows, g.arena = sp.rows, sp.arena
+	} else {
+		g.rows = make([]store.Row, 0, spareRoom(nrows))
 	}
-	if cap(g.rows) < nrows {
-		g.rows = make([]store.Row, 0, nrows)
-	}
-	if !g.dual {
-		g.arena.Grow(nbytes)
+	if !g.dual && g.arena.Cap() < nbytes {
+		g.arena.Grow(spareRoom(nbytes)) // its size settles like the rows' (spareRoom)
 	}
 	for _, it := range items {
 		w.add(g, it)
@@ -744,14 +716,11 @@ func (w *writer) pruneUnsynced() {
 		i++
 	}
 	for _, ag := range w.unsynced[:i] {
-		if len(w.spare) == maxSpareGroups {
-			break
-		}
 		clear(ag.rows)
 		ag.rows = ag.rows[:0]
 		ag.arena.Reset()
 		ag.restore = nil
-		w.spare = append(w.spare, ag)
+		w.spare.put(ag, cap(ag.rows), sliceBytes(ag.rows)+ag.arena.Cap())
 	}
 	if i > 0 {
 		n := copy(w.unsynced, w.unsynced[i:])

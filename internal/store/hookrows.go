@@ -132,6 +132,9 @@ func (a *RowArena) Grow(n int) {
 // keys, and the fence no longer needs them).
 func (a *RowArena) Reset() { a.b = a.b[:0] }
 
+// Cap is the size of the arena's current array in bytes.
+func (a *RowArena) Cap() int { return cap(a.b) }
+
 // NewDelivery is the delivery row a new hook is written with, per sink:
 // due at dueAtMs, no attempt yet. HookRows writes it and the dispatcher's
 // hot cache (Committed) reconstructs it from this one place, so the two
