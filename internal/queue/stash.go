@@ -19,8 +19,8 @@ const stashClasses = 40
 
 // stash keeps emptied per-group memory (a slice, or a group's rows and
 // arena) for the next groups, by size class: class k holds what has room
-// for at least 2^k elements and less than 2^(k+1). Owned by the writer's
-// run goroutine.
+// for at least 2^k elements and, below the last class, less than 2^(k+1).
+// Owned by the writer's run goroutine.
 //
 // Before, a stash handed out its newest slice, and dropped it when it was
 // too small for the group: with group sizes that vary from one record to
@@ -37,31 +37,61 @@ type stashed[E any] struct {
 }
 
 // put keeps e, with room for room elements in arrays of size bytes, when
-// the stash stays within maxSpareBytes; otherwise e is left to the GC.
+// the stash can stay within maxSpareBytes (which counts each entry's own
+// header too); otherwise e is left to the GC. A full stash makes room by
+// dropping smaller classes' memory, smallest first: a large slice serves
+// every group and a small one only small groups, and take never hands out
+// a smaller class, so a burst of small groups must not fill the stash for
+// good and leave every larger group after it to make its own.
 // REQUIRES: e references nothing the stash must not keep alive.
 func (st *stash[E]) put(e E, room, size int) {
-	if room <= 0 || st.bytes+size > maxSpareBytes {
+	if room <= 0 {
+		return
+	}
+	size += int(unsafe.Sizeof(stashed[E]{}))
+	if size > maxSpareBytes {
 		return
 	}
 	k := min(bits.Len(uint(room))-1, stashClasses-1)
+	for st.bytes+size > maxSpareBytes {
+		if !st.dropBelow(k) {
+			return
+		}
+	}
 	st.classes[k] = append(st.classes[k], stashed[E]{e, size})
 	st.bytes += size
+}
+
+// dropBelow drops the newest entry of the smallest non-empty class below
+// k, reporting false when there is none.
+func (st *stash[E]) dropBelow(k int) bool {
+	for j := range k {
+		if len(st.classes[j]) > 0 {
+			st.pop(j)
+			return true
+		}
+	}
+	return false
+}
+
+// pop removes and returns the newest entry of class k (not empty).
+func (st *stash[E]) pop(k int) E {
+	c := st.classes[k]
+	last := len(c) - 1
+	s := c[last]
+	c[last] = stashed[E]{} // the vacated slot keeps nothing alive
+	st.classes[k] = c[:last]
+	st.bytes -= s.size
+	return s.e
 }
 
 // take returns kept memory with room for n elements, the newest of the
 // smallest class sure to have it, or false when none is kept.
 func (st *stash[E]) take(n int) (E, bool) {
 	for k := spareClass(n); k < stashClasses; k++ {
-		c := st.classes[k]
-		if len(c) == 0 {
-			continue
+		if len(st.classes[k]) > 0 {
+			return st.pop(k), true
 		}
-		last := len(c) - 1
-		s := c[last]
-		c[last] = stashed[E]{}
-		st.classes[k] = c[:last]
-		st.bytes -= s.size
-		return s.e, true
 	}
 	var zero E
 	return zero, false

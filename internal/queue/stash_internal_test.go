@@ -1,6 +1,11 @@
 package queue
 
-import "testing"
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/ankusa/ankusa/internal/store"
+)
 
 func TestStash_TakesTheSmallestClassThatFits(t *testing.T) {
 	var st stash[[]int]
@@ -51,8 +56,14 @@ func TestStash_BoundedByBytes(t *testing.T) {
 		}
 		kept++
 	}
-	if want := maxSpareBytes / 4096; kept != want {
-		t.Fatalf("kept %d slices of 4 KiB, want %d (the bound's worth)", kept, want)
+	entry := 4096 + int(unsafe.Sizeof(stashed[[]byte]{}))
+	if want := maxSpareBytes / entry; kept != want {
+		t.Fatalf("kept %d slices of 4 KiB, want %d (the bound's worth, each entry's header counted)", kept, want)
+	}
+	// An array larger than the whole bound is never kept.
+	putSlice(&st, make([]byte, 0, maxSpareBytes))
+	if _, ok := st.take(1); ok {
+		t.Fatal("an array over the bound was kept")
 	}
 	// A nil or empty slice is never kept: it would be handed out as room.
 	putSlice(&st, nil)
@@ -67,5 +78,93 @@ func TestSpareRoom(t *testing.T) {
 		if got := spareRoom(tc.n); got != tc.want {
 			t.Errorf("spareRoom(%d) = %d, want %d", tc.n, got, tc.want)
 		}
+	}
+}
+
+// A stash filled by a burst of small groups still keeps a large group's
+// slice: it drops small ones to make room, and the next large group finds
+// it (take never hands out a smaller class).
+func TestStash_FullOfSmallKeepsALargerOne(t *testing.T) {
+	var st stash[[]pendingReply]
+	for st.bytes+int(unsafe.Sizeof(pendingReply{})+unsafe.Sizeof(stashed[[]pendingReply]{})) <= maxSpareBytes {
+		putSlice(&st, make([]pendingReply, 0, 1))
+	}
+	big := make([]pendingReply, 0, 64)
+	putSlice(&st, big)
+	if st.bytes > maxSpareBytes {
+		t.Fatalf("stash holds %d bytes, bound %d", st.bytes, maxSpareBytes)
+	}
+	got := takeSlice(&st, 64)
+	if unsafe.SliceData(got) != unsafe.SliceData(big) {
+		t.Fatal("a group of 64 did not get the kept slice of 64: the stash full of small ones refused it")
+	}
+	// And a small slice is not kept at the price of a larger one.
+	putSlice(&st, big)
+	for range 8 {
+		putSlice(&st, make([]pendingReply, 0, 1))
+	}
+	if got := takeSlice(&st, 64); unsafe.SliceData(got) != unsafe.SliceData(big) {
+		t.Fatal("small slices put into a full stash displaced the large one")
+	}
+}
+
+// Within a class the newest is handed out, and the slot it leaves keeps
+// nothing alive.
+func TestStash_NewestOfAClassAndNothingLeftBehind(t *testing.T) {
+	var st stash[[]int]
+	older, newer := make([]int, 0, 8), make([]int, 0, 9)
+	putSlice(&st, older)
+	putSlice(&st, newer)
+	if got := takeSlice(&st, 8); unsafe.SliceData(got) != unsafe.SliceData(newer) {
+		t.Fatal("take handed out the older slice of the class")
+	}
+	c := st.classes[3]
+	if vacated := c[:len(c)+1][len(c)]; vacated.e != nil || vacated.size != 0 {
+		t.Fatal("the vacated slot still references the slice handed out")
+	}
+}
+
+// The writer keeps a covered group's rows and arena, with nothing in them,
+// and hands them to the next group that fits; a group larger than any
+// kept gets new ones, rounded up.
+func TestGroupMemory_ReusesACoveredGroups(t *testing.T) {
+	w := &writer{s: &syncer{}}
+	key, val := []byte("k"), []byte("v")
+	var arena store.RowArena
+	arena.Grow(3000) // a size class of 3 072 bytes: not a power of two
+	if arena.Cap() >= 4096 {
+		t.Fatalf("arena cap %d: the test needs one under 4 096", arena.Cap())
+	}
+	rows := make([]store.Row, 0, 64)
+	rows = append(rows, store.Row{Key: key, Value: val}, store.Row{Key: key})
+	w.unsynced = []appliedGroup{
+		{maxSeq: 3, rows: rows, arena: arena},
+		{maxSeq: 9, rows: make([]store.Row, 1, 64), restore: make([]store.Row, 1)},
+	}
+	w.s.durable.Store(5)
+	w.pruneUnsynced()
+	if len(w.unsynced) != 1 || w.unsynced[0].maxSeq != 9 {
+		t.Fatalf("unsynced after durable 5: %+v, want only the group up to 9", w.unsynced)
+	}
+	for i, r := range rows[:cap(rows)] {
+		if r.Key != nil || r.Value != nil {
+			t.Fatalf("kept rows slice still references row %d's key or value", i)
+		}
+	}
+	gotRows, gotArena := w.groupMemory(40, 2100, false)
+	if len(gotRows) != 0 || unsafe.SliceData(gotRows) != unsafe.SliceData(rows) {
+		t.Fatalf("group of 40 rows: len %d, same array %v; want the covered group's, empty",
+			len(gotRows), unsafe.SliceData(gotRows) == unsafe.SliceData(rows))
+	}
+	if gotArena.Cap() != arena.Cap() {
+		t.Fatalf("arena cap %d, want the covered group's %d (it has room for 2 100)", gotArena.Cap(), arena.Cap())
+	}
+	gotRows, gotArena = w.groupMemory(40, 2100, false)
+	if cap(gotRows) != 64 || unsafe.SliceData(gotRows) == unsafe.SliceData(rows) || gotArena.Cap() < 4096 {
+		t.Fatalf("second group: rows cap %d (new: %v), arena cap %d; want new ones of 64 rows and >= 4 096 bytes",
+			cap(gotRows), unsafe.SliceData(gotRows) != unsafe.SliceData(rows), gotArena.Cap())
+	}
+	if _, a := w.groupMemory(1, 100, true); a.Cap() != 0 {
+		t.Fatalf("dual group got an arena of %d bytes; its rows are the entries' own", a.Cap())
 	}
 }

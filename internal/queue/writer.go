@@ -315,8 +315,8 @@ func (w *writer) commit(items []*item) {
 	// One rows slice for the whole group, sized for every record written
 	// as a new hook with its dedupe rows (under dual it holds only the row
 	// headers, for the fence; it grew by appends before); under disk also
-	// one arena for their keys and values (AppendHookValue), both a spare
-	// from a group an fsync covered (pruneUnsynced) when there is one.
+	// one arena for their keys and values (AppendHookValue): see
+	// groupMemory.
 	nrows, nbytes := 0, 0
 	for _, it := range items {
 		r := it.rec
@@ -324,14 +324,7 @@ func (w *writer) commit(items []*item) {
 		nrows += store.HookRowCount(&h)
 		nbytes += store.HookRowsSize(&h)
 	}
-	if sp, ok := w.spare.take(nrows); ok {
-		g.rows, g.arena = sp.rows, sp.arena
-	} else {
-		g.rows = make([]store.Row, 0, spareRoom(nrows))
-	}
-	if !g.dual && g.arena.Cap() < nbytes {
-		g.arena.Grow(spareRoom(nbytes)) // its size settles like the rows' (spareRoom)
-	}
+	g.rows, g.arena = w.groupMemory(nrows, nbytes, g.dual)
 	for _, it := range items {
 		w.add(g, it)
 	}
@@ -340,6 +333,26 @@ func (w *writer) commit(items []*item) {
 		_ = w.batch.Close()
 		w.batch = nil
 	}
+}
+
+// groupMemory returns a new group's rows slice, empty with room for
+// nrows, and its arena, under disk with room for nbytes (under dual the
+// rows are the pending entries' own and the arena stays empty): a covered
+// group's (pruneUnsynced) when one with room for nrows is kept, its arena
+// regrown if short; otherwise new ones, their room rounded up like the
+// stash's (spareRoom).
+func (w *writer) groupMemory(nrows, nbytes int, dual bool) ([]store.Row, store.RowArena) {
+	sp, ok := w.spare.take(nrows)
+	if !ok {
+		sp.rows = make([]store.Row, 0, spareRoom(nrows))
+	}
+	// A kept arena was reset and a new one is empty, so Cap is its room;
+	// Grow alone would also replace an arena with room for nbytes but not
+	// for spareRoom(nbytes).
+	if !dual && sp.arena.Cap() < nbytes {
+		sp.arena.Grow(spareRoom(nbytes))
+	}
+	return sp.rows, sp.arena
 }
 
 // admit asks the dual gate whether the group may start; probe says it is
@@ -704,7 +717,8 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 }
 
 // pruneUnsynced forgets the groups an fsync has covered. Their rows
-// slices and arenas become spares for the next groups: the batch copied
+// slices and arenas are kept for the next groups while the stash has room
+// (groupMemory): the batch copied
 // every key and value, the fence undoes only groups no fsync covered, and
 // nothing else holds them. Under dual the group's rows slice holds only
 // row headers whose keys and values are the pending entries' own (putHook):
