@@ -718,11 +718,11 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 
 // pruneUnsynced forgets the groups an fsync has covered. Their rows
 // slices and arenas are kept for the next groups while the stash has room
-// (groupMemory): the batch copied
-// every key and value, the fence undoes only groups no fsync covered, and
-// nothing else holds them. Under dual the group's rows slice holds only
-// row headers whose keys and values are the pending entries' own (putHook):
-// it is cleared, so a spare keeps no entry alive, and its arena is empty.
+// (groupMemory): the batch copied every key and value, the fence undoes
+// only groups no fsync covered, and nothing else holds them. Under dual
+// the group's rows slice holds only row headers whose keys and values are
+// the pending entries' own (putHook): it is cleared, so a spare keeps no
+// entry alive, and its arena is empty.
 func (w *writer) pruneUnsynced() {
 	d := w.s.durable.Load()
 	i := 0
