@@ -16,6 +16,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,6 +29,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -38,6 +40,14 @@ const (
 	// ModeNull is a Go handler that reads the body and answers 201 without
 	// storing anything.
 	ModeNull Mode = "null"
+	// ModeNullSHA is the null handler that also computes the body's SHA-256
+	// (Options.HashRef), as Ankusa must for every hook it stores (the
+	// envelope's sha256, served by GET /v1/hooks/{id} and in the queue
+	// sinks' message): the floor the contract puts under any design, so
+	// that disk/nullsha is Ankusa's own cost whatever a host's SHA-256
+	// costs next to its net/http. A reference, like null; issue 14's
+	// targets stay against null.
+	ModeNullSHA Mode = "nullsha"
 	// ModeDisk is an Ankusa instance with wal.type=disk and the default config.
 	ModeDisk Mode = "disk"
 	// ModeDual is an Ankusa instance with wal.type=dual and intake.type=memory
@@ -45,6 +55,10 @@ const (
 	// Options.ConfirmMs after the log's own fsync.
 	ModeDual Mode = "dual"
 )
+
+// isReference says whether m is a handler that stores nothing (null,
+// nullsha) rather than an Ankusa instance.
+func isReference(m Mode) bool { return m == ModeNull || m == ModeNullSHA }
 
 // ParseModes reads a comma list of instance modes ("disk", "dual").
 func ParseModes(s string) ([]Mode, error) {
@@ -127,6 +141,9 @@ type Options struct {
 	// Modes are the instance modes measured after the null handler at every
 	// level, in order [disk].
 	Modes []Mode
+	// HashRef runs the second reference, ModeNullSHA, after null at every
+	// level.
+	HashRef bool
 	// ConfirmMs is the memory intake's confirm latency in dual mode
 	// (intake.memory.confirm_latency_ms) [0].
 	ConfirmMs int
@@ -341,6 +358,9 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 				retention string
 			}
 			runs := []run{{mode: ModeNull}}
+			if o.HashRef {
+				runs = append(runs, run{mode: ModeNullSHA})
+			}
 			for _, m := range o.Modes {
 				if len(o.Retentions) == 0 {
 					runs = append(runs, run{mode: m})
@@ -363,8 +383,8 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 				// (pebble=compact|flush|wal-sync).
 				labels := pprof.Labels("mode", string(mode), "clients", strconv.Itoa(c))
 				pprof.Do(ctx, labels, func(ctx context.Context) {
-					if mode == ModeNull {
-						r, err = runNull(ctx, &o, c, body)
+					if isReference(mode) {
+						r, err = runNull(ctx, &o, mode, c, body)
 					} else {
 						r, err = runInstance(ctx, &o, root, mode, rn.retention, c, body)
 					}
@@ -384,14 +404,26 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 // nullAnswer mirrors the size and shape of Ankusa's 201 body.
 var nullAnswer = []byte(`{"id":"00000000-0000-7000-8000-000000000000","status":"accepted"}` + "\n")
 
-func runNull(ctx context.Context, o *Options, clients int, body []byte) (Result, error) {
+// runNull drives a reference handler: ModeNull reads the body and answers
+// 201; ModeNullSHA also hashes it, from a buffer read whole as Ankusa's
+// edge does (a pooled one: the reference allocates no more than null).
+func runNull(ctx context.Context, o *Options, mode Mode, clients int, body []byte) (Result, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return Result{}, err
 	}
+	bufs := sync.Pool{New: func() any { return new(bytes.Buffer) }}
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
+			if mode == ModeNullSHA {
+				b := bufs.Get().(*bytes.Buffer)
+				b.Reset()
+				_, _ = b.ReadFrom(r.Body)
+				_ = sha256.Sum256(b.Bytes()) // assembly: never elided
+				bufs.Put(b)
+			} else {
+				_, _ = io.Copy(io.Discard, r.Body)
+			}
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
 			_, _ = w.Write(nullAnswer)
@@ -406,7 +438,7 @@ func runNull(ctx context.Context, o *Options, clients int, body []byte) (Result,
 		_ = srv.Shutdown(sctx)
 	}()
 	url := "http://" + ln.Addr().String() + "/webhooks/demo"
-	return drive(ctx, o, ModeNull, clients, url, body, nil)
+	return drive(ctx, o, mode, clients, url, body, nil)
 }
 
 func runInstance(ctx context.Context, o *Options, root string, mode Mode, retention string, clients int, body []byte) (Result, error) {

@@ -520,3 +520,57 @@ func TestEvaluateDual(t *testing.T) {
 		t.Errorf("disk-only results must carry the two disk targets only: %+v", v)
 	}
 }
+
+func TestPrintRangesAgainstTheHashingReference(t *testing.T) {
+	mk := func(m Mode, rep int, rps, cpu float64) Result {
+		return Result{Mode: m, Clients: 64, BodyBytes: T14LargeBody, Rep: rep, Client: ClientProcess, Window: time.Second,
+			OK: uint64(rps), ReqPerSec: rps, CPU: rps * cpu / 1e6, AllocsPerReq: 30, AllocBytesPerReq: 5000}
+	}
+	rs := []Result{
+		mk(ModeNull, 1, 12000, 60), mk(ModeNullSHA, 1, 8000, 170), mk(ModeDisk, 1, 4000, 340),
+		mk(ModeNull, 2, 13000, 60), mk(ModeNullSHA, 2, 7000, 175), mk(ModeDisk, 2, 3000, 350),
+	}
+	var b bytes.Buffer
+	PrintRanges(&b, rs)
+	got := b.String()
+	t.Log("\n" + got)
+	for _, want := range []string{
+		"req/s            null 12000–13000  nullsha 7000–8000  disk 3000–4000",
+		// Against null, as the target is written: 4000/12000, 3000/13000.
+		"disk/null req/s  0.23x–0.33x   [target MB/s >= 0.5x null: met in 0/2]",
+		// Against nullsha, pairing each rep's runs: 4000/8000, 3000/7000.
+		"disk/nullsha req/s 0.43x–0.50x   [reference: the contract's floor; no target]",
+		// 340/170, 350/175.
+		"disk/nullsha cpu 2.00x   [reference: the contract's floor; no target]",
+		// nullsha is a reference: no target is counted for it.
+		"[target <= 40: disk met in 2/2]",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("ranges lack %q", want)
+		}
+	}
+}
+
+func TestRunHashRefRunsNullSHAAfterNull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three HTTP servers and a real-disk store under load")
+	}
+	var out bytes.Buffer
+	rs, err := Run(context.Background(), Options{
+		Clients: []int{4}, Duration: 200 * time.Millisecond, Warmup: -1, Prime: -1,
+		DataDir: t.TempDir(), Out: &out, Reps: 1, HashRef: true,
+	})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 || rs[0].Mode != ModeNull || rs[1].Mode != ModeNullSHA || rs[2].Mode != ModeDisk {
+		t.Fatalf("want [null nullsha disk], got %d results: %+v", len(rs), rs)
+	}
+	if r := rs[1]; r.OK == 0 || r.Errors != 0 || !r.Warm || r.Primed != 0 {
+		t.Fatalf("nullsha: %s (want 201s, no errors, and no store to prime)", FormatResult(r))
+	}
+	if !strings.Contains(out.String(), "order per C: null, nullsha, disk") || strings.Contains(FormatResult(rs[1]), "fsyncs/s") {
+		t.Errorf("header or nullsha line wrong:\n%s", out.String())
+	}
+}

@@ -23,8 +23,8 @@ const (
 
 // repSet is one repetition's runs at one (clients, body) level.
 type repSet struct {
-	rep              int
-	null, disk, dual *Result
+	rep                       int
+	null, nullsha, disk, dual *Result
 }
 
 type levelKey struct{ clients, body int }
@@ -51,6 +51,8 @@ func repSets(rs []Result) ([]levelKey, map[levelKey][]repSet) {
 		switch {
 		case r.Mode == ModeNull && s.null == nil:
 			s.null = r
+		case r.Mode == ModeNullSHA && s.nullsha == nil:
+			s.nullsha = r
 		case r.Mode == ModeDisk && s.disk == nil:
 			s.disk = r
 		case r.Mode == ModeDual && s.dual == nil:
@@ -136,11 +138,13 @@ func PrintRanges(w io.Writer, rs []Result) {
 		type modeSpans struct {
 			rps, mbps, cpu, allocs, bytes, p50, p99 span
 		}
-		var per [3]modeSpans // null, disk, dual
+		const iDisk, iDual = 2, 3
+		var per [4]modeSpans // null, nullsha, disk, dual
 		var diskNull, diskNullCPU, dualDisk, dualNull, dualP50, dualBound span
-		var have [3]bool
+		var diskSHA, diskSHACPU span
+		var have [4]bool
 		for _, s := range ss {
-			for i, r := range []*Result{s.null, s.disk, s.dual} {
+			for i, r := range []*Result{s.null, s.nullsha, s.disk, s.dual} {
 				if r == nil || r.OK == 0 {
 					continue
 				}
@@ -169,6 +173,10 @@ func PrintRanges(w io.Writer, rs []Result) {
 					dualNull.add(s.dual.ReqPerSec/s.null.ReqPerSec, false)
 				}
 			}
+			if s.nullsha != nil && s.nullsha.ReqPerSec > 0 && s.disk != nil {
+				diskSHA.add(s.disk.ReqPerSec/s.nullsha.ReqPerSec, false)
+				diskSHACPU.add(cpuPerReqUs(s.disk)/cpuPerReqUs(s.nullsha), false)
+			}
 			if s.dual != nil && s.disk != nil && s.disk.ReqPerSec > 0 {
 				x := s.dual.ReqPerSec / s.disk.ReqPerSec
 				dualDisk.add(x, x >= DualGoalRatio)
@@ -179,7 +187,7 @@ func PrintRanges(w io.Writer, rs []Result) {
 				dualBound.add(b.Seconds()*1e3, false)
 			}
 		}
-		names := []string{"null", "disk", "dual"}
+		names := []string{"null", "nullsha", "disk", "dual"}
 		row := func(label string, get func(*modeSpans) span, f func(float64) string, target string) {
 			var parts []string
 			for i := range per {
@@ -199,7 +207,7 @@ func PrintRanges(w io.Writer, rs []Result) {
 		// metOf says how many repetitions of each instance mode met a target.
 		metOf := func(get func(*modeSpans) span) string {
 			var parts []string
-			for j := 1; j < 3; j++ {
+			for j := iDisk; j <= iDual; j++ {
 				if have[j] {
 					parts = append(parts, names[j]+" "+get(&per[j]).metNote())
 				}
@@ -221,6 +229,10 @@ func PrintRanges(w io.Writer, rs []Result) {
 			fmt.Fprintf(w, "  %-16s %s%s\n", "disk/null req/s", diskNull.format(fx), t)
 			fmt.Fprintf(w, "  %-16s %s   [target <= %.0fx: %s]\n", "disk/null cpu", diskNullCPU.format(fx), T14CPURatio, diskNullCPU.metNote())
 		}
+		if diskSHA.n > 0 {
+			fmt.Fprintf(w, "  %-16s %s   [reference: the contract's floor; no target]\n", "disk/nullsha req/s", diskSHA.format(fx))
+			fmt.Fprintf(w, "  %-16s %s   [reference: the contract's floor; no target]\n", "disk/nullsha cpu", diskSHACPU.format(fx))
+		}
 		if dualNull.n > 0 {
 			fmt.Fprintf(w, "  %-16s %s\n", "dual/null req/s", dualNull.format(fx))
 		}
@@ -238,7 +250,7 @@ func PrintRanges(w io.Writer, rs []Result) {
 			}
 			fmt.Fprintf(w, "  %-16s %s vs max(fsync p50, confirm) + 2ms = %s%s\n", "dual p50", dualP50.format(fms), dualBound.format(fms), t)
 		}
-		if have[2] && k.clients == DualGoalClients && k.body == TargetBodyBytes {
+		if have[iDual] && k.clients == DualGoalClients && k.body == TargetBodyBytes {
 			var thr span
 			for _, s := range ss {
 				if s.dual != nil && s.dual.OK > 0 {

@@ -381,7 +381,7 @@ func FormatResult(r Result) string {
 		fmt.Fprintf(&b, " retention=%s", r.Retention)
 	}
 	fmt.Fprintf(&b, "  req/s=%.0f  p50=%s  p99=%s", r.ReqPerSec, fmtDur(r.P50), fmtDur(r.P99))
-	if r.Mode != ModeNull {
+	if !isReference(r.Mode) {
 		fmt.Fprintf(&b, "  fsyncs/s=%.0f  mean_group=%.1f", r.FsyncsPerSec, r.MeanGroup)
 		if r.MetricsError == "" {
 			fmt.Fprintf(&b, "  fsync_p50~%s", fmtDur(r.FsyncP50))
@@ -419,7 +419,7 @@ func FormatResult(r Result) string {
 			fmt.Fprintf(&b, " faults/req=%.3f", r.FaultsPerReq)
 		}
 	}
-	if r.Mode != ModeNull {
+	if !isReference(r.Mode) {
 		if r.Warm {
 			fmt.Fprintf(&b, "  primed=%s", r.Primed.Round(100*time.Millisecond))
 		} else {
@@ -565,6 +565,9 @@ func printVerdict(w io.Writer, rs []Result) Verdict {
 
 func printHeader(w io.Writer, o *Options, root string) {
 	order := []string{string(ModeNull)}
+	if o.HashRef {
+		order = append(order, string(ModeNullSHA))
+	}
 	for _, m := range o.Modes {
 		order = append(order, string(m))
 	}
@@ -589,6 +592,9 @@ func printHeader(w io.Writer, o *Options, root string) {
 		} else {
 			fmt.Fprintln(w, "no priming (-prime 0): each instance's window starts on a cold store, page faults of its memtables' growth included")
 		}
+	}
+	if o.HashRef {
+		fmt.Fprintln(w, "nullsha: the null handler that also computes the body's SHA-256, as every stored hook's envelope must: the floor the contract sets under any design (a reference; issue 14's targets stay against null)")
 	}
 	if slices.Contains(o.Modes, ModeDisk) {
 		fmt.Fprintf(w, "disk: wal.type=disk, node.roles=%s", strings.Join(o.Roles, ","))
