@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -166,5 +167,49 @@ func TestGroupMemory_ReusesACoveredGroups(t *testing.T) {
 	}
 	if _, a := w.groupMemory(1, 100, true); a.Cap() != 0 {
 		t.Fatalf("dual group got an arena of %d bytes; its rows are the entries' own", a.Cap())
+	}
+}
+
+// A group that writes no hook (every record answered at once, or under
+// dual only duplicates) gives back what it took: its replies and
+// committed slices, and its rows slice and arena, for the next group.
+func TestApply_AGroupThatWritesNothingGivesItsMemoryBack(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dups int
+	}{{"every record answered at once", 0}, {"only duplicates (dual)", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &writer{s: &syncer{}, opts: &Options{Observer: NopObserver{}}}
+			w.s.cond = sync.NewCond(&w.s.mu)
+			w.nextSeq = 7
+			g := &commitGroup{
+				firstSeq:  7,
+				replies:   takeSlice(&w.spareReplies, 4),
+				committed: takeSlice(&w.spareCommitted, 4),
+				dups:      make([]pendingReply, tc.dups),
+			}
+			g.rows, g.arena = w.groupMemory(12, 3000, false)
+			replies, committed, rows := unsafe.SliceData(g.replies), unsafe.SliceData(g.committed), unsafe.SliceData(g.rows)
+			if !w.apply(g, 3, false) {
+				t.Fatal("apply of a group that wrote nothing reported failure")
+			}
+			if got := takeSlice(&w.spareReplies, 4); unsafe.SliceData(got) != replies {
+				t.Error("the group's replies slice was not kept for the next group")
+			}
+			if got := takeSlice(&w.spareCommitted, 4); unsafe.SliceData(got) != committed {
+				t.Error("the group's committed slice was not kept for the next group")
+			}
+			gotRows, gotArena := w.groupMemory(12, 3000, false)
+			if unsafe.SliceData(gotRows) != rows || gotArena.Cap() < 3000 {
+				t.Errorf("next group's rows (same array %v) and arena (cap %d): want the group's own",
+					unsafe.SliceData(gotRows) == rows, gotArena.Cap())
+			}
+			w.s.mu.Lock()
+			handed := len(w.s.queue)
+			w.s.mu.Unlock()
+			if want := min(tc.dups, 1); handed != want {
+				t.Errorf("handoffs to the syncer: %d, want %d (the duplicates' answers only)", handed, want)
+			}
+		})
 	}
 }

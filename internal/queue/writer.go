@@ -708,9 +708,22 @@ func (w *writer) apply(g *commitGroup, records int, probe bool) bool {
 		w.s.submit(handoff{replies: g.replies, join: join, committed: g.committed})
 	case len(g.replies) > 0:
 		w.s.submit(handoff{replies: g.replies, committed: g.committed})
+	default:
+		// Nothing to hand over: every record was answered at once, or under
+		// dual was a duplicate (g.dups, below, come back as a replies slice
+		// of their own). The slices the group took go straight back; before,
+		// they were left to the GC.
+		putSlice(&w.spareReplies, g.replies)
+		putSlice(&w.spareCommitted, g.committed)
 	}
 	if len(g.dups) > 0 {
 		w.s.submit(handoff{replies: g.dups})
+	}
+	if written == 0 {
+		// No hook was written, so no row was put in the rows slice or the
+		// arena (putHook writes them with the seq it takes), and neither
+		// went to the fence: they are the next group's as they are.
+		w.spare.put(appliedGroup{rows: g.rows, arena: g.arena}, cap(g.rows), sliceBytes(g.rows)+g.arena.Cap())
 	}
 	w.pruneUnsynced()
 	return true
