@@ -170,45 +170,58 @@ func TestGroupMemory_ReusesACoveredGroups(t *testing.T) {
 	}
 }
 
-// A group that writes no hook (every record answered at once, or under
-// dual only duplicates) gives back what it took: its replies and
-// committed slices, and its rows slice and arena, for the next group.
+// A group that writes no hook (every record answered at once, under dual
+// only duplicates, under disk only stored duplicates) gives back what it
+// took and hands nobody: its rows slice and arena, and its replies and
+// committed slices unless the syncer took them to answer the duplicates.
 func TestApply_AGroupThatWritesNothingGivesItsMemoryBack(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		dups int
-	}{{"every record answered at once", 0}, {"only duplicates (dual)", 2}} {
+		name          string
+		dual          bool
+		replies, dups int  // disk's stored duplicates wait in replies; dual's in dups
+		handed        bool // the replies and committed slices went to the syncer
+	}{
+		{name: "every record answered at once"},
+		{name: "dual, only duplicates", dual: true, dups: 2},
+		{name: "disk, only stored duplicates", replies: 2, handed: true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := &writer{s: &syncer{}, opts: &Options{Observer: NopObserver{}}}
 			w.s.cond = sync.NewCond(&w.s.mu)
 			w.nextSeq = 7
 			g := &commitGroup{
+				dual:      tc.dual,
 				firstSeq:  7,
 				replies:   takeSlice(&w.spareReplies, 4),
 				committed: takeSlice(&w.spareCommitted, 4),
 				dups:      make([]pendingReply, tc.dups),
 			}
-			g.rows, g.arena = w.groupMemory(12, 3000, false)
+			g.replies = g.replies[:tc.replies]
+			g.rows, _ = w.groupMemory(12, 0, true)
+			g.arena.Grow(3000) // 3 000 bytes: a new arena would be 4 096
 			replies, committed, rows := unsafe.SliceData(g.replies), unsafe.SliceData(g.committed), unsafe.SliceData(g.rows)
 			if !w.apply(g, 3, false) {
 				t.Fatal("apply of a group that wrote nothing reported failure")
 			}
-			if got := takeSlice(&w.spareReplies, 4); unsafe.SliceData(got) != replies {
-				t.Error("the group's replies slice was not kept for the next group")
-			}
-			if got := takeSlice(&w.spareCommitted, 4); unsafe.SliceData(got) != committed {
-				t.Error("the group's committed slice was not kept for the next group")
-			}
 			gotRows, gotArena := w.groupMemory(12, 3000, false)
-			if unsafe.SliceData(gotRows) != rows || gotArena.Cap() < 3000 {
-				t.Errorf("next group's rows (same array %v) and arena (cap %d): want the group's own",
+			if unsafe.SliceData(gotRows) != rows || gotArena.Cap() != 3000 {
+				t.Errorf("next group's rows (same array %v) and arena (cap %d): want the group's own (cap 3 000)",
 					unsafe.SliceData(gotRows) == rows, gotArena.Cap())
 			}
+			kept := unsafe.SliceData(takeSlice(&w.spareReplies, 4)) == replies
+			keptC := unsafe.SliceData(takeSlice(&w.spareCommitted, 4)) == committed
+			if kept == tc.handed || keptC == tc.handed {
+				t.Errorf("replies slice kept %v, committed kept %v; want both %v (handed to the syncer: %v)", kept, keptC, !tc.handed, tc.handed)
+			}
 			w.s.mu.Lock()
-			handed := len(w.s.queue)
+			handoffs := len(w.s.queue)
 			w.s.mu.Unlock()
-			if want := min(tc.dups, 1); handed != want {
-				t.Errorf("handoffs to the syncer: %d, want %d (the duplicates' answers only)", handed, want)
+			want := 0
+			if tc.dups > 0 || tc.replies > 0 {
+				want = 1
+			}
+			if handoffs != want {
+				t.Errorf("handoffs to the syncer: %d, want %d (the duplicates' answers only)", handoffs, want)
 			}
 		})
 	}

@@ -67,11 +67,12 @@ type writer struct {
 	batch   *store.Batch
 	drained []*item
 	env     store.Envelope
-	// spare are the rows slices and arenas of groups an fsync covered, for
-	// the next groups (see pruneUnsynced).
+	// spare are the rows slices and arenas of groups an fsync covered
+	// (pruneUnsynced), or that wrote no hook (apply), for the next groups.
 	spare stash[appliedGroup]
 	// spareReplies and spareCommitted are answered groups' slices the
-	// syncer handed back (takeSpent).
+	// syncer handed back (takeSpent), and those of groups with nothing to
+	// hand it (apply).
 	spareReplies   stash[[]pendingReply]
 	spareCommitted stash[[]store.Committed]
 }
