@@ -47,9 +47,9 @@ func bench(args []string) int {
 	dir := fs.String("dir", "", "parent of the per-run data dirs (default: a temp dir, removed after)")
 	gate := fs.Bool("gate", false, "exit 1 if a target is missed or not measured")
 	memprofile := fs.String("memprofile", "", "write an allocation profile of the whole run to this file at the end (go tool pprof -sample_index=alloc_objects; not split by mode: null's allocations are net/http's)")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled mode=null|nullsha|disk|dual, clients=N; priming and warmup are in it, under their run's labels; with -client process the load generator is not in it)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (samples are labelled mode=null|nullsha|nullsync|disk|dual, clients=N; priming and warmup are in it, under their run's labels; with -client process the load generator is not in it)")
 	modeFlag := fs.String("mode", "disk", "instance modes measured after the null handler at every level: disk, dual, or a comma list (disk,dual)")
-	nullSHA := fs.Bool("nullsha", false, "also measure a second reference after null at every level: nullsha, the null handler that also computes the body's SHA-256 as every stored hook's envelope must (the contract's floor), and print disk's ratios against it (informational: issue 14's targets stay against null)")
+	refFlag := fs.String("ref", "", "references measured after null at every level, with disk's ratios against each (informational: issue 14's targets stay against null): nullsha (null plus the body's SHA-256, which every stored hook's envelope carries: the contract's floor), nullsync (nullsha answering only once the body is fdatasync'd in a group-committed log beside the stores: a minimal durable handler, its group commit the naive back-to-back one), or a comma list")
 	confirmMs := fs.Int("confirm-ms", 5, "dual mode: the memory intake's confirm latency in ms (intake.memory.confirm_latency_ms)")
 	intakeDir := intakeDirFlag(fs)
 	retentionFlag := fs.String("retention", "", "comma-separated retention.delivered values; each instance mode runs once per value (e.g. 0,2s,72h: what history costs ingest)")
@@ -87,6 +87,11 @@ func bench(args []string) int {
 	roles, err := harness.ParseRoles(*rolesFlag)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ankusa bench: -roles: %v\n", err)
+		return 64
+	}
+	refs, err := harness.ParseRefs(*refFlag)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ankusa bench: -ref: %v\n", err)
 		return 64
 	}
 	if slices.Contains(modes, harness.ModeDual) && !slices.Contains(roles, "dispatch") {
@@ -131,7 +136,7 @@ func bench(args []string) int {
 		DataDir:   *dir,
 		Out:       os.Stdout,
 		Modes:     modes,
-		HashRef:   *nullSHA,
+		Refs:      refs,
 		ConfirmMs: *confirmMs,
 		IntakeDir: *intakeDir,
 		Roles:     roles,

@@ -16,11 +16,9 @@ package bench
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -29,7 +27,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -40,14 +37,6 @@ const (
 	// ModeNull is a Go handler that reads the body and answers 201 without
 	// storing anything.
 	ModeNull Mode = "null"
-	// ModeNullSHA is the null handler that also computes the body's SHA-256
-	// (Options.HashRef), as Ankusa must for every hook it stores (the
-	// envelope's sha256, served by GET /v1/hooks/{id} and in the queue
-	// sinks' message): the floor the contract puts under any design, so
-	// that disk/nullsha is Ankusa's own cost whatever a host's SHA-256
-	// costs next to its net/http. A reference, like null; issue 14's
-	// targets stay against null.
-	ModeNullSHA Mode = "nullsha"
 	// ModeDisk is an Ankusa instance with wal.type=disk and the default config.
 	ModeDisk Mode = "disk"
 	// ModeDual is an Ankusa instance with wal.type=dual and intake.type=memory
@@ -55,10 +44,6 @@ const (
 	// Options.ConfirmMs after the log's own fsync.
 	ModeDual Mode = "dual"
 )
-
-// isReference says whether m is a handler that stores nothing (null,
-// nullsha) rather than an Ankusa instance.
-func isReference(m Mode) bool { return m == ModeNull || m == ModeNullSHA }
 
 // ParseModes reads a comma list of instance modes ("disk", "dual").
 func ParseModes(s string) ([]Mode, error) {
@@ -141,9 +126,9 @@ type Options struct {
 	// Modes are the instance modes measured after the null handler at every
 	// level, in order [disk].
 	Modes []Mode
-	// HashRef runs the second reference, ModeNullSHA, after null at every
-	// level.
-	HashRef bool
+	// Refs are the references measured after null at every level, in
+	// order (ModeNullSHA, ModeNullSync; ParseRefs) [none].
+	Refs []Mode
 	// ConfirmMs is the memory intake's confirm latency in dual mode
 	// (intake.memory.confirm_latency_ms) [0].
 	ConfirmMs int
@@ -327,6 +312,11 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 			return nil, fmt.Errorf("bench: roles %s apply to disk only: wal.type dual requires ingest and dispatch; measure them in separate runs", strings.Join(o.Roles, ","))
 		}
 	}
+	for _, m := range o.Refs {
+		if m != ModeNullSHA && m != ModeNullSync {
+			return nil, fmt.Errorf("bench: unknown reference %q", m)
+		}
+	}
 	if o.ConfirmMs < 0 {
 		return nil, fmt.Errorf("bench: confirm latency must be >= 0, got %d ms", o.ConfirmMs)
 	}
@@ -358,8 +348,8 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 				retention string
 			}
 			runs := []run{{mode: ModeNull}}
-			if o.HashRef {
-				runs = append(runs, run{mode: ModeNullSHA})
+			for _, m := range o.Refs {
+				runs = append(runs, run{mode: m})
 			}
 			for _, m := range o.Modes {
 				if len(o.Retentions) == 0 {
@@ -384,7 +374,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 				labels := pprof.Labels("mode", string(mode), "clients", strconv.Itoa(c))
 				pprof.Do(ctx, labels, func(ctx context.Context) {
 					if isReference(mode) {
-						r, err = runNull(ctx, &o, mode, c, body)
+						r, err = runReference(ctx, &o, root, mode, c, body)
 					} else {
 						r, err = runInstance(ctx, &o, root, mode, rn.retention, c, body)
 					}
@@ -399,46 +389,6 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		}
 	}
 	return out, nil
-}
-
-// nullAnswer mirrors the size and shape of Ankusa's 201 body.
-var nullAnswer = []byte(`{"id":"00000000-0000-7000-8000-000000000000","status":"accepted"}` + "\n")
-
-// runNull drives a reference handler: ModeNull reads the body and answers
-// 201; ModeNullSHA also hashes it, from a buffer read whole as Ankusa's
-// edge does (a pooled one: the reference allocates no more than null).
-func runNull(ctx context.Context, o *Options, mode Mode, clients int, body []byte) (Result, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return Result{}, err
-	}
-	bufs := sync.Pool{New: func() any { return new(bytes.Buffer) }}
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if mode == ModeNullSHA {
-				b := bufs.Get().(*bytes.Buffer)
-				b.Reset()
-				_, _ = b.ReadFrom(r.Body)
-				_ = sha256.Sum256(b.Bytes()) // assembly: never elided
-				bufs.Put(b)
-			} else {
-				_, _ = io.Copy(io.Discard, r.Body)
-			}
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusCreated)
-			_, _ = w.Write(nullAnswer)
-		}),
-		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
-	}
-	go func() { _ = srv.Serve(ln) }()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	url := "http://" + ln.Addr().String() + "/webhooks/demo"
-	return drive(ctx, o, mode, clients, url, body, nil)
 }
 
 func runInstance(ctx context.Context, o *Options, root string, mode Mode, retention string, clients int, body []byte) (Result, error) {

@@ -3,11 +3,14 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -527,15 +530,18 @@ func TestPrintRangesAgainstTheHashingReference(t *testing.T) {
 			OK: uint64(rps), ReqPerSec: rps, CPU: rps * cpu / 1e6, AllocsPerReq: 30, AllocBytesPerReq: 5000}
 	}
 	rs := []Result{
-		mk(ModeNull, 1, 12000, 60), mk(ModeNullSHA, 1, 8000, 170), mk(ModeDisk, 1, 4000, 340),
-		mk(ModeNull, 2, 13000, 60), mk(ModeNullSHA, 2, 7000, 175), mk(ModeDisk, 2, 3000, 350),
+		mk(ModeNull, 1, 12000, 60), mk(ModeNullSHA, 1, 8000, 170), mk(ModeNullSync, 1, 5000, 200), mk(ModeDisk, 1, 4000, 340),
+		mk(ModeNull, 2, 13000, 60), mk(ModeNullSHA, 2, 7000, 175), mk(ModeNullSync, 2, 6000, 250), mk(ModeDisk, 2, 3000, 350),
 	}
 	var b bytes.Buffer
 	PrintRanges(&b, rs)
 	got := b.String()
 	t.Log("\n" + got)
 	for _, want := range []string{
-		"req/s            null 12000–13000  nullsha 7000–8000  disk 3000–4000",
+		"req/s            null 12000–13000  nullsha 7000–8000  nullsync 5000–6000  disk 3000–4000",
+		// 4000/5000, 3000/6000; 340/200, 350/250.
+		"disk/nullsync req/s 0.50x–0.80x   [reference: a minimal durable handler; no target]",
+		"disk/nullsync cpu 1.40x–1.70x   [reference: a minimal durable handler; no target]",
 		// Against null, as the target is written: 4000/12000, 3000/13000.
 		"disk/null req/s  0.23x–0.33x   [target MB/s >= 0.5x null: met in 0/2]",
 		// Against nullsha, pairing each rep's runs: 4000/8000, 3000/7000.
@@ -551,26 +557,152 @@ func TestPrintRangesAgainstTheHashingReference(t *testing.T) {
 	}
 }
 
-func TestRunHashRefRunsNullSHAAfterNull(t *testing.T) {
+func TestRunRefsRunAfterNull(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs three HTTP servers and a real-disk store under load")
+		t.Skip("runs four HTTP servers, a log and a real-disk store under load")
 	}
 	var out bytes.Buffer
+	dir := t.TempDir()
 	rs, err := Run(context.Background(), Options{
 		Clients: []int{4}, Duration: 200 * time.Millisecond, Warmup: -1, Prime: -1,
-		DataDir: t.TempDir(), Out: &out, Reps: 1, HashRef: true,
+		DataDir: dir, Out: &out, Reps: 1, Refs: []Mode{ModeNullSHA, ModeNullSync},
 	})
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rs) != 3 || rs[0].Mode != ModeNull || rs[1].Mode != ModeNullSHA || rs[2].Mode != ModeDisk {
-		t.Fatalf("want [null nullsha disk], got %d results: %+v", len(rs), rs)
+	if len(rs) != 4 || rs[0].Mode != ModeNull || rs[1].Mode != ModeNullSHA || rs[2].Mode != ModeNullSync || rs[3].Mode != ModeDisk {
+		t.Fatalf("want [null nullsha nullsync disk], got %d results: %+v", len(rs), rs)
 	}
-	if r := rs[1]; r.OK == 0 || r.Errors != 0 || !r.Warm || r.Primed != 0 {
-		t.Fatalf("nullsha: %s (want 201s, no errors, and no store to prime)", FormatResult(r))
+	for _, r := range rs[1:3] {
+		if r.OK == 0 || r.Errors != 0 || !r.Warm || r.Primed != 0 {
+			t.Errorf("%s: %s (want 201s, no errors, and no store to prime)", r.Mode, FormatResult(r))
+		}
 	}
-	if !strings.Contains(out.String(), "order per C: null, nullsha, disk") || strings.Contains(FormatResult(rs[1]), "fsyncs/s") {
-		t.Errorf("header or nullsha line wrong:\n%s", out.String())
+	if rs[1].Fsyncs != 0 || strings.Contains(FormatResult(rs[1]), "fsyncs/s") {
+		t.Errorf("nullsha syncs nothing: %s", FormatResult(rs[1]))
+	}
+	// nullsync answers a 201 only for a synced body, and bodies share
+	// fsyncs. The server counts bodies between its own marks of the window
+	// and the child counts 201s between its own, so the two differ by what
+	// straddles a mark; half is far outside that.
+	if s := rs[2]; s.Fsyncs == 0 || s.Hooks*2 < s.OK || s.MeanGroup < 1 || !strings.Contains(FormatResult(s), "fsyncs/s=") {
+		t.Errorf("nullsync: fsyncs=%d bodies=%d ok=%d mean group %.2f: %s", s.Fsyncs, s.Hooks, s.OK, s.MeanGroup, FormatResult(s))
+	}
+	if !strings.Contains(out.String(), "order per C: null, nullsha, nullsync, disk") {
+		t.Errorf("header lacks the run order:\n%s", out.String())
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "nullsync-*")); len(left) != 0 {
+		t.Errorf("nullsync's log dir left behind: %v", left)
+	}
+}
+
+func TestParseRefs(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    []Mode
+		wantErr string
+	}{
+		{"", nil, ""},
+		{"nullsha", []Mode{ModeNullSHA}, ""},
+		{" nullsync , nullsha", []Mode{ModeNullSync, ModeNullSHA}, ""},
+		{"null", nil, `unknown reference "null"`},
+		{"nullsha,nullsha", nil, "given twice"},
+	} {
+		got, err := ParseRefs(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseRefs(%q): err %v, want one saying %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("ParseRefs(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// The reference log answers an append only after the fsync covering it,
+// and one fsync covers every body queued while the last one ran. The
+// stand-in sync holds the writer inside its fsync until the test lets go.
+func TestGroupLog_AnswersAfterTheSyncAndGroups(t *testing.T) {
+	const n = 8
+	entered := make(chan int, n+2) // room for a broken log's extra fsyncs
+	release := make(chan struct{}, 1)
+	var calls int
+	hold := func(f *os.File) error {
+		calls++
+		entered <- calls
+		<-release
+		return syncData(f)
+	}
+	lg, err := openGroupLog(filepath.Join(t.TempDir(), "log"), hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendAsync := func() chan error {
+		ch := make(chan error, 1)
+		go func() { ch <- lg.append(make([]byte, 1024)) }()
+		return ch
+	}
+	answered := func(chs []chan error) int {
+		n := 0
+		for _, ch := range chs {
+			select {
+			case err := <-ch:
+				if err != nil {
+					t.Error(err)
+				}
+				n++
+			default:
+			}
+		}
+		return n
+	}
+
+	first := appendAsync()
+	if c := <-entered; c != 1 {
+		t.Fatalf("sync call %d, want 1", c)
+	}
+	var rest []chan error
+	for range n {
+		rest = append(rest, appendAsync())
+	}
+	// Wait until all n are queued behind the held fsync (no timing: the
+	// queue is the log's own state).
+	for {
+		lg.mu.Lock()
+		q := len(lg.queue)
+		lg.mu.Unlock()
+		if q == n {
+			break
+		}
+		runtime.Gosched()
+	}
+	if got := answered(append([]chan error{first}, rest...)); got != 0 {
+		t.Fatalf("%d appends answered while the fsync covering them was held", got)
+	}
+	release <- struct{}{}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if c := <-entered; c != 2 {
+		t.Fatalf("sync call %d, want 2", c)
+	}
+	if got := answered(rest); got != 0 {
+		t.Fatalf("%d of the queued appends answered before their fsync", got)
+	}
+	close(release) // and any fsync after
+	for _, ch := range rest {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := lg.counts(); c != [2]uint64{2, n + 1} {
+		t.Fatalf("fsyncs, bodies = %v; want [2 %d]: the %d queued bodies share one fsync", c, n+1, n)
+	}
+	lg.close()
+	if err := lg.append([]byte("x")); !errors.Is(err, errLogClosed) {
+		t.Fatalf("append after close: %v, want errLogClosed", err)
 	}
 }

@@ -23,8 +23,8 @@ const (
 
 // repSet is one repetition's runs at one (clients, body) level.
 type repSet struct {
-	rep                       int
-	null, nullsha, disk, dual *Result
+	rep                                 int
+	null, nullsha, nullsync, disk, dual *Result
 }
 
 type levelKey struct{ clients, body int }
@@ -53,6 +53,8 @@ func repSets(rs []Result) ([]levelKey, map[levelKey][]repSet) {
 			s.null = r
 		case r.Mode == ModeNullSHA && s.nullsha == nil:
 			s.nullsha = r
+		case r.Mode == ModeNullSync && s.nullsync == nil:
+			s.nullsync = r
 		case r.Mode == ModeDisk && s.disk == nil:
 			s.disk = r
 		case r.Mode == ModeDual && s.dual == nil:
@@ -138,13 +140,14 @@ func PrintRanges(w io.Writer, rs []Result) {
 		type modeSpans struct {
 			rps, mbps, cpu, allocs, bytes, p50, p99 span
 		}
-		const iDisk, iDual = 2, 3
-		var per [4]modeSpans // null, nullsha, disk, dual
+		const iDisk, iDual = 3, 4
+		var per [5]modeSpans // null, nullsha, nullsync, disk, dual
 		var diskNull, diskNullCPU, dualDisk, dualNull, dualP50, dualBound span
-		var diskSHA, diskSHACPU span
-		var have [4]bool
+		// disk against each reference (nullsha, nullsync): req/s, CPU
+		var diskRef [2][2]span
+		var have [5]bool
 		for _, s := range ss {
-			for i, r := range []*Result{s.null, s.nullsha, s.disk, s.dual} {
+			for i, r := range []*Result{s.null, s.nullsha, s.nullsync, s.disk, s.dual} {
 				if r == nil || r.OK == 0 {
 					continue
 				}
@@ -173,9 +176,11 @@ func PrintRanges(w io.Writer, rs []Result) {
 					dualNull.add(s.dual.ReqPerSec/s.null.ReqPerSec, false)
 				}
 			}
-			if s.nullsha != nil && s.nullsha.ReqPerSec > 0 && s.disk != nil {
-				diskSHA.add(s.disk.ReqPerSec/s.nullsha.ReqPerSec, false)
-				diskSHACPU.add(cpuPerReqUs(s.disk)/cpuPerReqUs(s.nullsha), false)
+			for i, ref := range []*Result{s.nullsha, s.nullsync} {
+				if ref != nil && ref.ReqPerSec > 0 && s.disk != nil {
+					diskRef[i][0].add(s.disk.ReqPerSec/ref.ReqPerSec, false)
+					diskRef[i][1].add(cpuPerReqUs(s.disk)/cpuPerReqUs(ref), false)
+				}
 			}
 			if s.dual != nil && s.disk != nil && s.disk.ReqPerSec > 0 {
 				x := s.dual.ReqPerSec / s.disk.ReqPerSec
@@ -187,7 +192,7 @@ func PrintRanges(w io.Writer, rs []Result) {
 				dualBound.add(b.Seconds()*1e3, false)
 			}
 		}
-		names := []string{"null", "nullsha", "disk", "dual"}
+		names := []string{"null", "nullsha", "nullsync", "disk", "dual"}
 		row := func(label string, get func(*modeSpans) span, f func(float64) string, target string) {
 			var parts []string
 			for i := range per {
@@ -229,9 +234,11 @@ func PrintRanges(w io.Writer, rs []Result) {
 			fmt.Fprintf(w, "  %-16s %s%s\n", "disk/null req/s", diskNull.format(fx), t)
 			fmt.Fprintf(w, "  %-16s %s   [target <= %.0fx: %s]\n", "disk/null cpu", diskNullCPU.format(fx), T14CPURatio, diskNullCPU.metNote())
 		}
-		if diskSHA.n > 0 {
-			fmt.Fprintf(w, "  %-16s %s   [reference: the contract's floor; no target]\n", "disk/nullsha req/s", diskSHA.format(fx))
-			fmt.Fprintf(w, "  %-16s %s   [reference: the contract's floor; no target]\n", "disk/nullsha cpu", diskSHACPU.format(fx))
+		for i, ref := range []struct{ name, floor string }{{"nullsha", "the contract's floor"}, {"nullsync", "a minimal durable handler"}} {
+			if d := diskRef[i]; d[0].n > 0 {
+				fmt.Fprintf(w, "  %-16s %s   [reference: %s; no target]\n", "disk/"+ref.name+" req/s", d[0].format(fx), ref.floor)
+				fmt.Fprintf(w, "  %-16s %s   [reference: %s; no target]\n", "disk/"+ref.name+" cpu", d[1].format(fx), ref.floor)
+			}
 		}
 		if dualNull.n > 0 {
 			fmt.Fprintf(w, "  %-16s %s\n", "dual/null req/s", dualNull.format(fx))

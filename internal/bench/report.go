@@ -381,6 +381,9 @@ func FormatResult(r Result) string {
 		fmt.Fprintf(&b, " retention=%s", r.Retention)
 	}
 	fmt.Fprintf(&b, "  req/s=%.0f  p50=%s  p99=%s", r.ReqPerSec, fmtDur(r.P50), fmtDur(r.P99))
+	if r.Mode == ModeNullSync {
+		fmt.Fprintf(&b, "  fsyncs/s=%.0f  mean_group=%.1f", r.FsyncsPerSec, r.MeanGroup)
+	}
 	if !isReference(r.Mode) {
 		fmt.Fprintf(&b, "  fsyncs/s=%.0f  mean_group=%.1f", r.FsyncsPerSec, r.MeanGroup)
 		if r.MetricsError == "" {
@@ -565,8 +568,8 @@ func printVerdict(w io.Writer, rs []Result) Verdict {
 
 func printHeader(w io.Writer, o *Options, root string) {
 	order := []string{string(ModeNull)}
-	if o.HashRef {
-		order = append(order, string(ModeNullSHA))
+	for _, m := range o.Refs {
+		order = append(order, string(m))
 	}
 	for _, m := range o.Modes {
 		order = append(order, string(m))
@@ -593,8 +596,11 @@ func printHeader(w io.Writer, o *Options, root string) {
 			fmt.Fprintln(w, "no priming (-prime 0): each instance's window starts on a cold store, page faults of its memtables' growth included")
 		}
 	}
-	if o.HashRef {
+	if slices.Contains(o.Refs, ModeNullSHA) {
 		fmt.Fprintln(w, "nullsha: the null handler that also computes the body's SHA-256, as every stored hook's envelope must: the floor the contract sets under any design (a reference; issue 14's targets stay against null)")
+	}
+	if slices.Contains(o.Refs, ModeNullSync) {
+		fmt.Fprintln(w, "nullsync: nullsha that answers only once the body is fdatasync'd in a group-committed log beside the stores: a minimal durable handler (a reference, not a floor: its naive group commit syncs more often than Ankusa's; nothing indexed, delivered or removed)")
 	}
 	if slices.Contains(o.Modes, ModeDisk) {
 		fmt.Fprintf(w, "disk: wal.type=disk, node.roles=%s", strings.Join(o.Roles, ","))
