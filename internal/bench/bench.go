@@ -262,6 +262,15 @@ type Result struct {
 	FsyncsPerSec float64
 	// MeanGroup is Hooks / Fsyncs: how many hooks one fsync acked on average.
 	MeanGroup float64
+	// GroupBytes is what one fsync carried on average: the WAL's bytes in
+	// during the window (disk; the dispatcher's removals ride the same
+	// fsyncs) or the bodies appended (nullsync), over Fsyncs.
+	GroupBytes float64
+	// FsyncCPU is the process CPU one fdatasync of GroupBytes costs this
+	// host, calibrated just after the run (fsyncCalibrator); set for
+	// nullsync and disk when nullsync is among Options.Refs, so that
+	// disk/nullsync can be read with both paying disk's fsyncs per hook.
+	FsyncCPU time.Duration
 
 	// Roles are the instance's node.roles (instance modes only).
 	Roles []string
@@ -337,6 +346,19 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		return nil, fmt.Errorf("bench: unknown client %q (%s|%s)", o.Client, ClientProcess, ClientInProcess)
 	}
 	body := makeBody(o.BodyBytes)
+	// With nullsync, each nullsync and disk run is followed by pricing
+	// its mean group's fdatasync on this host (Result.FsyncCPU).
+	var calib *fsyncCalibrator
+	if slices.Contains(o.Refs, ModeNullSync) {
+		path := filepath.Join(root, "fsync-calibration")
+		c, err := newFsyncCalibrator(path, calibrationFileSize, calibrationBytes)
+		if err != nil {
+			return nil, err
+		}
+		defer os.Remove(path)
+		defer c.close()
+		calib = c
+	}
 	var out []Result
 	// Interleaved: rep 1 runs every level (null, then each mode), then rep
 	// 2 does the same, so a disturbance on the host lands on a run of each
@@ -382,6 +404,14 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 				if err != nil {
 					return out, fmt.Errorf("bench: %s C=%d rep %d: %w", mode, c, rep, err)
 				}
+				if calib != nil && (mode == ModeNullSync || mode == ModeDisk) && r.GroupBytes > 0 {
+					pprof.Do(ctx, pprof.Labels("mode", "calibrate", "clients", strconv.Itoa(c)), func(ctx context.Context) {
+						r.FsyncCPU, _, err = calib.cpuPerSync(ctx, int(r.GroupBytes))
+					})
+					if err != nil {
+						return out, fmt.Errorf("bench: %s C=%d rep %d: %w", mode, c, rep, err)
+					}
+				}
 				r.Rep = rep
 				out = append(out, r)
 				fmt.Fprintln(o.Out, FormatResult(r))
@@ -424,7 +454,10 @@ func runInstance(ctx context.Context, o *Options, root string, mode Mode, retent
 	// Hooks made durable are counted by durable_seq: seqs are dense, one per
 	// hook written, and durable_seq rises only with a successful fsync.
 	// (Stats().Hooks is a gauge of stored hooks: dispatch lowers it.)
-	var s0, s1 struct{ syncs, durable uint64 }
+	var s0, s1 struct {
+		syncs, durable, wal, gen uint64
+		walOK                    bool
+	}
 	var m0, m1 metricSnap
 	var merr error
 	scrape := func(dst *metricSnap) {
@@ -437,9 +470,14 @@ func runInstance(ctx context.Context, o *Options, root string, mode Mode, retent
 		atStart: func() {
 			st := q.Stats()
 			s0.syncs, s0.durable = st.Syncs, st.DurableSeq
+			s0.wal, s0.gen, s0.walOK = in.Store().WALBytesIn()
 			scrape(&m0)
 		},
-		atEnd:    func() { st := q.Stats(); s1.syncs, s1.durable = st.Syncs, st.DurableSeq },
+		atEnd: func() {
+			st := q.Stats()
+			s1.syncs, s1.durable = st.Syncs, st.DurableSeq
+			s1.wal, s1.gen, s1.walOK = in.Store().WALBytesIn()
+		},
 		afterEnd: func() { scrape(&m1) },
 	}
 	r, err := drive(ctx, o, mode, clients, url, body, probe)
@@ -457,6 +495,10 @@ func runInstance(ctx context.Context, o *Options, root string, mode Mode, retent
 	}
 	if r.Fsyncs > 0 {
 		r.MeanGroup = float64(r.Hooks) / float64(r.Fsyncs)
+		// Both ends read, in one generation: a Reopen starts a new count.
+		if s0.walOK && s1.walOK && s0.gen == s1.gen && s1.wal >= s0.wal {
+			r.GroupBytes = float64(s1.wal-s0.wal) / float64(r.Fsyncs)
+		}
 	}
 	if mode == ModeDual {
 		r.Confirm = time.Duration(o.ConfirmMs) * time.Millisecond

@@ -533,6 +533,22 @@ func TestPrintRangesAgainstTheHashingReference(t *testing.T) {
 		mk(ModeNull, 1, 12000, 60), mk(ModeNullSHA, 1, 8000, 170), mk(ModeNullSync, 1, 5000, 200), mk(ModeDisk, 1, 4000, 340),
 		mk(ModeNull, 2, 13000, 60), mk(ModeNullSHA, 2, 7000, 175), mk(ModeNullSync, 2, 6000, 250), mk(ModeDisk, 2, 3000, 350),
 	}
+	// Calibrated fsyncs: (fsyncs, hooks, CPU per fsync) for rep 1's and
+	// rep 2's nullsync and disk.
+	for i, f := range []struct {
+		fsyncs, hooks uint64
+		cpu           time.Duration
+	}{{1000, 5000, 50 * time.Microsecond}, {200, 4000, 60 * time.Microsecond}, {600, 6000, 40 * time.Microsecond}, {300, 3000, 80 * time.Microsecond}} {
+		r := &rs[[]int{2, 3, 6, 7}[i]]
+		r.Fsyncs, r.Hooks, r.FsyncCPU = f.fsyncs, f.hooks, f.cpu
+		r.GroupBytes = float64(r.Hooks) / float64(r.Fsyncs) * float64(r.BodyBytes)
+	}
+	if _, ok := fsyncMatchedCPU(&Result{Mode: ModeNullSync, OK: 1, CPU: 1, Window: time.Second, Fsyncs: 1, Hooks: 1}, &rs[3]); ok {
+		t.Error("an uncalibrated nullsync run has no fsync-matched CPU")
+	}
+	if got, want := FormatResult(rs[2]), "group_bytes=1310720 fsync_cpu~50.0us"; !strings.Contains(got, want) {
+		t.Errorf("nullsync's line %q lacks %q", got, want)
+	}
 	var b bytes.Buffer
 	PrintRanges(&b, rs)
 	got := b.String()
@@ -542,6 +558,9 @@ func TestPrintRangesAgainstTheHashingReference(t *testing.T) {
 		// 4000/5000, 3000/6000; 340/200, 350/250.
 		"disk/nullsync req/s 0.50x–0.80x   [reference: a minimal durable handler; no target]",
 		"disk/nullsync cpu 1.40x–1.70x   [reference: a minimal durable handler; no target]",
+		// Rep 1: nullsync 200us less 50us*1000/5000 plus disk's
+		// 60us*200/4000 is 193us, 340/193; rep 2: 250-4+8 = 254us, 350/254.
+		"disk/nullsync cpu, fsync-matched 1.38x–1.76x   [nullsync paying disk's fsyncs per hook at their calibrated CPU; no target]",
 		// Against null, as the target is written: 4000/12000, 3000/13000.
 		"disk/null req/s  0.23x–0.33x   [target MB/s >= 0.5x null: met in 0/2]",
 		// Against nullsha, pairing each rep's runs: 4000/8000, 3000/7000.
@@ -592,8 +611,24 @@ func TestRunRefsRunAfterNull(t *testing.T) {
 	if !strings.Contains(out.String(), "order per C: null, nullsha, nullsync, disk") {
 		t.Errorf("header lacks the run order:\n%s", out.String())
 	}
-	if left, _ := filepath.Glob(filepath.Join(dir, "nullsync-*")); len(left) != 0 {
-		t.Errorf("nullsync's log dir left behind: %v", left)
+	// With nullsync, its run and disk's are priced: each one's mean group
+	// fdatasync'd beside it, and the ranges read disk against nullsync
+	// paying disk's fsyncs.
+	for _, r := range rs[2:4] {
+		if runtime.GOOS != "linux" { // no process CPU to price with
+			break
+		}
+		if r.GroupBytes <= 0 || r.FsyncCPU <= 0 || !strings.Contains(FormatResult(r), "fsync_cpu~") {
+			t.Errorf("%s not calibrated: group bytes %.0f, fsync CPU %v: %s", r.Mode, r.GroupBytes, r.FsyncCPU, FormatResult(r))
+		}
+	}
+	var ranges bytes.Buffer
+	PrintRanges(&ranges, rs)
+	if runtime.GOOS == "linux" && !strings.Contains(ranges.String(), "disk/nullsync cpu, fsync-matched") {
+		t.Errorf("ranges lack the fsync-matched ratio:\n%s", ranges.String())
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 0 {
+		t.Errorf("left behind in the data dir: %v", left)
 	}
 }
 
@@ -670,12 +705,16 @@ func TestGroupLog_AnswersAfterTheSyncAndGroups(t *testing.T) {
 	}
 	// Wait until all n are queued behind the held fsync (no timing: the
 	// queue is the log's own state).
+	deadline := time.Now().Add(10 * time.Second) // a bound for a broken log, not a wait
 	for {
 		lg.mu.Lock()
 		q := len(lg.queue)
 		lg.mu.Unlock()
 		if q == n {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d appends queued behind the held fsync", q, n)
 		}
 		runtime.Gosched()
 	}
@@ -704,5 +743,36 @@ func TestGroupLog_AnswersAfterTheSyncAndGroups(t *testing.T) {
 	lg.close()
 	if err := lg.append([]byte("x")); !errors.Is(err, errLogClosed) {
 		t.Fatalf("append after close: %v, want errLogClosed", err)
+	}
+}
+
+// The calibrator prices an fdatasync in process CPU, wraps around its
+// file for a group that fits, grows the file for one that does not, and
+// stops with its context.
+func TestFsyncCalibrator(t *testing.T) {
+	const size = 1 << 20
+	path := filepath.Join(t.TempDir(), "cal")
+	c, err := newFsyncCalibrator(path, size, 4<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	for _, tc := range []struct{ group, wantSize int }{
+		{1024, size},
+		{600 << 10, size},  // wraps: two never fit
+		{3 << 20, 3 << 20}, // grows to fit
+	} {
+		cpu, ok, err := c.cpuPerSync(context.Background(), tc.group)
+		if err != nil || (ok && cpu <= 0) || (runtime.GOOS == "linux" && !ok) {
+			t.Fatalf("group %d: %v, %v, %v: want a positive CPU per fsync", tc.group, cpu, ok, err)
+		}
+		if fi, err := os.Stat(path); err != nil || fi.Size() != int64(tc.wantSize) {
+			t.Fatalf("group %d: file %v (%v), want %d bytes", tc.group, fi.Size(), err, tc.wantSize)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := c.cpuPerSync(ctx, 1024); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v, want context.Canceled", err)
 	}
 }

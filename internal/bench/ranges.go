@@ -145,6 +145,8 @@ func PrintRanges(w io.Writer, rs []Result) {
 		var diskNull, diskNullCPU, dualDisk, dualNull, dualP50, dualBound span
 		// disk against each reference (nullsha, nullsync): req/s, CPU
 		var diskRef [2][2]span
+		// disk's CPU against nullsync paying disk's fsyncs per hook
+		var diskSyncMatched span
 		var have [5]bool
 		for _, s := range ss {
 			for i, r := range []*Result{s.null, s.nullsha, s.nullsync, s.disk, s.dual} {
@@ -180,6 +182,11 @@ func PrintRanges(w io.Writer, rs []Result) {
 				if ref != nil && ref.ReqPerSec > 0 && s.disk != nil {
 					diskRef[i][0].add(s.disk.ReqPerSec/ref.ReqPerSec, false)
 					diskRef[i][1].add(cpuPerReqUs(s.disk)/cpuPerReqUs(ref), false)
+				}
+			}
+			if s.nullsync != nil && s.disk != nil {
+				if m, ok := fsyncMatchedCPU(s.nullsync, s.disk); ok {
+					diskSyncMatched.add(cpuPerReqUs(s.disk)/(m.Seconds()*1e6), false)
 				}
 			}
 			if s.dual != nil && s.disk != nil && s.disk.ReqPerSec > 0 {
@@ -238,6 +245,9 @@ func PrintRanges(w io.Writer, rs []Result) {
 			if d := diskRef[i]; d[0].n > 0 {
 				fmt.Fprintf(w, "  %-16s %s   [reference: %s; no target]\n", "disk/"+ref.name+" req/s", d[0].format(fx), ref.floor)
 				fmt.Fprintf(w, "  %-16s %s   [reference: %s; no target]\n", "disk/"+ref.name+" cpu", d[1].format(fx), ref.floor)
+			}
+			if i == 1 && diskSyncMatched.n > 0 {
+				fmt.Fprintf(w, "  %-16s %s   [nullsync paying disk's fsyncs per hook at their calibrated CPU; no target]\n", "disk/nullsync cpu, fsync-matched", diskSyncMatched.format(fx))
 			}
 		}
 		if dualNull.n > 0 {

@@ -10,6 +10,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -41,12 +43,12 @@ const (
 	// acks a durable, hashed hook over net/http, one write and one fsync's
 	// share. Nothing is indexed, delivered or removed. Not a floor: its
 	// group commit is the textbook back-to-back one, and its cycle is so
-	// short that it makes 3-6x as many fsyncs per hook as Ankusa's writer
-	// (whose slower cycle gathers larger groups). Where an fsync costs the
-	// guest CPU (55-62 us on the bench's host, BenchmarkGroupFsync) that
-	// is several us a hook Ankusa does not pay, so disk/nullsync flatters
-	// Ankusa; the summary prints its fsyncs/s and mean group so a reader
-	// can take it out (docs/benchmarks.md does, for 2026-12-07).
+	// short that it makes several times as many fsyncs per hook as
+	// Ankusa's writer (whose slower cycle gathers larger groups). Where an
+	// fsync costs the guest CPU (tens of us a call on the bench's host,
+	// BenchmarkGroupFsync) that is several us a hook Ankusa does not pay, so disk/nullsync flatters
+	// Ankusa; Run prices both runs' fsyncs (fsyncCalibrator) and the
+	// summary adds disk against nullsync charged disk's fsyncs instead.
 	ModeNullSync Mode = "nullsync"
 )
 
@@ -146,6 +148,7 @@ func runReference(ctx context.Context, o *Options, root string, mode Mode, clien
 	}
 	if r.Fsyncs > 0 {
 		r.MeanGroup = float64(r.Hooks) / float64(r.Fsyncs)
+		r.GroupBytes = r.MeanGroup * float64(len(body))
 	}
 	return r, nil
 }
@@ -276,4 +279,136 @@ func (l *groupLog) close() {
 	l.cond.Broadcast()
 	<-l.done
 	_ = l.f.Close()
+}
+
+// fsyncCalibrator measures what one fdatasync of a given size costs this
+// host in process CPU, as BenchmarkGroupFsync does, so that nullsync and
+// disk, which sync in groups of different sizes and rates, can be compared
+// as if both paid disk's fsyncs. The cost is the host's and drifts (55-62
+// us a call on 2026-12-06, 28-33 on 2026-12-07 on the same VM), so it is
+// measured in the run, just after the run it prices.
+type fsyncCalibrator struct {
+	f      *os.File
+	size   int64 // the file's, all of it allocated
+	budget int   // bytes one pricing writes at most (but calibrationMinCalls)
+	buf    []byte
+}
+
+const (
+	// calibrationFileSize is the calibration file's first size; writes
+	// wrap around it, and a larger group grows it to fit.
+	calibrationFileSize = 16 << 20
+	// calibrationBytes bounds what one pricing writes: 300 calls of a
+	// small group (20-80 ms on this host), fewer of a large one, never
+	// fewer than calibrationMinCalls.
+	calibrationBytes    = 128 << 20
+	calibrationMaxCalls = 300
+	calibrationMinCalls = 8
+)
+
+// newFsyncCalibrator creates its file at path, size bytes written out and
+// synced once so that later fdatasyncs carry no size or extent change, as
+// a recycled WAL's; one pricing writes about budget bytes
+// (calibrationBytes but for tests).
+func newFsyncCalibrator(path string, size int64, budget int) (*fsyncCalibrator, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: fsync calibration: %w", err)
+	}
+	c := &fsyncCalibrator{f: f, budget: budget}
+	if err := c.grow(size); err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return nil, err
+	}
+	return c, nil
+}
+
+// grow writes the file out to size bytes (of c.fill's pattern) and syncs.
+func (c *fsyncCalibrator) grow(size int64) error {
+	for c.size < size {
+		n := min(size-c.size, 1<<20)
+		if _, err := c.f.WriteAt(c.fill(int(n)), c.size); err != nil {
+			return fmt.Errorf("bench: fsync calibration: %w", err)
+		}
+		c.size += n
+	}
+	if err := c.f.Sync(); err != nil {
+		return fmt.Errorf("bench: fsync calibration: %w", err)
+	}
+	return nil
+}
+
+// fill is n bytes of random data, so that a compressing filesystem or a
+// disk that skips zeros writes what a WAL of hooks would.
+func (c *fsyncCalibrator) fill(n int) []byte {
+	if cap(c.buf) < n {
+		c.buf = make([]byte, n)
+		_, _ = crand.Read(c.buf) // never fails (crypto/rand, Go 1.24+)
+	}
+	return c.buf[:n]
+}
+
+// cpuPerSync writes groupBytes and fdatasyncs it, calls times, and returns
+// the process CPU per call (the write's included, as a group commit's
+// is). It runs between runs, when nothing else in the process is busy, so
+// the process's CPU is its own; ok is false where the process's CPU cannot
+// be read.
+func (c *fsyncCalibrator) cpuPerSync(ctx context.Context, groupBytes int) (cpu time.Duration, ok bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, false, err
+	}
+	groupBytes = max(1, groupBytes)
+	if err := c.grow(int64(groupBytes)); err != nil {
+		return 0, false, err
+	}
+	calls := min(calibrationMaxCalls, max(calibrationMinCalls, c.budget/groupBytes))
+	p := c.fill(groupBytes)
+	// What the run left for the collector and the scavenger is done now,
+	// not on the calibration's CPU.
+	debug.FreeOSMemory()
+	start, ok := processCPU()
+	if !ok {
+		return 0, false, nil
+	}
+	var off int64
+	for range calls {
+		if err := ctx.Err(); err != nil {
+			return 0, false, err
+		}
+		if off+int64(len(p)) > c.size {
+			off = 0
+		}
+		if _, err := c.f.WriteAt(p, off); err != nil {
+			return 0, false, fmt.Errorf("bench: fsync calibration: %w", err)
+		}
+		off += int64(len(p))
+		if err := syncData(c.f); err != nil {
+			return 0, false, fmt.Errorf("bench: fsync calibration: %w", err)
+		}
+	}
+	end, ok := processCPU()
+	if !ok {
+		return 0, false, nil
+	}
+	return (end - start) / time.Duration(calls), true, nil
+}
+
+func (c *fsyncCalibrator) close() { _ = c.f.Close() }
+
+// fsyncMatchedCPU is nullsync's CPU per 201 as if it had paid disk's
+// fsyncs per hook instead of its own: its calibrated fsync CPU per hook
+// taken out, disk's put in. ok is false unless both runs were calibrated.
+func fsyncMatchedCPU(nullsync, disk *Result) (time.Duration, bool) {
+	c, ok := cpuPerReq(*nullsync)
+	if !ok || nullsync.FsyncCPU <= 0 || disk.FsyncCPU <= 0 || nullsync.Hooks == 0 || disk.Hooks == 0 {
+		return 0, false
+	}
+	own := float64(nullsync.FsyncCPU) * float64(nullsync.Fsyncs) / float64(nullsync.Hooks)
+	disks := float64(disk.FsyncCPU) * float64(disk.Fsyncs) / float64(disk.Hooks)
+	m := float64(c) - own + disks
+	if m <= 0 {
+		return 0, false
+	}
+	return time.Duration(m), true
 }

@@ -359,6 +359,15 @@ func evaluateDual(rs []Result) []Check {
 	return out
 }
 
+// fsyncCPUNote is a calibrated run's group size and what one fdatasync of
+// it costs this host ("~": measured beside the run, not in it).
+func fsyncCPUNote(r Result) string {
+	if r.FsyncCPU <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("  group_bytes=%.0f fsync_cpu~%.1fus", r.GroupBytes, r.FsyncCPU.Seconds()*1e6)
+}
+
 // FormatResult is the one-line form of a result, e.g.
 //
 //	disk  C=512 B=1024  req/s=12345  p50=3.1ms  p99=12.4ms  fsyncs/s=400  mean_group=30.8  fsync_p50~0.42ms  delivered/s=12300  errors=0  cpu=1.55 other_cpu=0.02 cpu/req=107us
@@ -383,9 +392,11 @@ func FormatResult(r Result) string {
 	fmt.Fprintf(&b, "  req/s=%.0f  p50=%s  p99=%s", r.ReqPerSec, fmtDur(r.P50), fmtDur(r.P99))
 	if r.Mode == ModeNullSync {
 		fmt.Fprintf(&b, "  fsyncs/s=%.0f  mean_group=%.1f", r.FsyncsPerSec, r.MeanGroup)
+		b.WriteString(fsyncCPUNote(r))
 	}
 	if !isReference(r.Mode) {
 		fmt.Fprintf(&b, "  fsyncs/s=%.0f  mean_group=%.1f", r.FsyncsPerSec, r.MeanGroup)
+		b.WriteString(fsyncCPUNote(r))
 		if r.MetricsError == "" {
 			fmt.Fprintf(&b, "  fsync_p50~%s", fmtDur(r.FsyncP50))
 		}
@@ -600,7 +611,7 @@ func printHeader(w io.Writer, o *Options, root string) {
 		fmt.Fprintln(w, "nullsha: the null handler that also computes the body's SHA-256, as every stored hook's envelope must: the floor the contract sets under any design (a reference; issue 14's targets stay against null)")
 	}
 	if slices.Contains(o.Refs, ModeNullSync) {
-		fmt.Fprintln(w, "nullsync: nullsha that answers only once the body is fdatasync'd in a group-committed log beside the stores: a minimal durable handler (a reference, not a floor: its naive group commit syncs more often than Ankusa's; nothing indexed, delivered or removed)")
+		fmt.Fprintln(w, "nullsync: nullsha that answers only once the body is fdatasync'd in a group-committed log beside the stores: a minimal durable handler (a reference, not a floor: its naive group commit syncs more often than Ankusa's, so its fsyncs and disk's are priced after each run, fsync_cpu~, and the summary adds disk against it charged disk's fsyncs; nothing indexed, delivered or removed)")
 	}
 	if slices.Contains(o.Modes, ModeDisk) {
 		fmt.Fprintf(w, "disk: wal.type=disk, node.roles=%s", strings.Join(o.Roles, ","))

@@ -438,6 +438,21 @@ func (s *Store) Warm() bool {
 	return s.db.Metrics().WAL.BytesIn >= 3*size
 }
 
+// WALBytesIn is how many bytes the WAL of generation gen has taken in
+// (Pebble's WAL.BytesIn); ok is false while a Reopen or Close holds the
+// store. The bench divides a window's delta, both ends in one generation,
+// by the window's fsyncs to size a group's write.
+func (s *Store) WALBytesIn() (bytes, gen uint64, ok bool) {
+	if !s.mu.TryRLock() {
+		return 0, 0, false
+	}
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return 0, 0, false
+	}
+	return s.db.Metrics().WAL.BytesIn, s.gen, true
+}
+
 // Reopen closes the current DB generation and opens the directory again.
 // It is the only way back after a fatal error: Pebble must not be used once
 // it has reported one. Rows that were applied but never synced may still be

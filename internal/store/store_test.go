@@ -713,4 +713,9 @@ func TestWarmAfterThreeMemtablesOfWAL(t *testing.T) {
 	if written < 2*memtable {
 		t.Fatalf("warm after %d bytes written with a %d-byte memtable: the growth is not over", written, memtable)
 	}
+	// WALBytesIn counts what the WAL took in: every value, plus keys and
+	// record headers.
+	if got, gen, ok := st.WALBytesIn(); !ok || gen != st.Generation() || got < uint64(written) || got > uint64(written)*2 {
+		t.Fatalf("WALBytesIn %d (generation %d, ok %v) after %d bytes of values written", got, gen, ok, written)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,10 +153,21 @@ func TestPublish_ConcurrentBatchesAreContiguous(t *testing.T) {
 	}
 }
 
-// answerProduce makes the next produce request, on any broker, fail every
-// partition it carries with code.
-func answerProduce(c *kfake.Cluster, code int16) {
+// refuseProduce makes every produce request, on any broker, fail every
+// partition it carries with code until the returned stop is called. Every
+// request, not only the next: the client may send one PublishBatch in
+// several requests (a record produced while the first is in flight goes
+// in the next), and a refusal must cover the whole attempt for the test to
+// know what the partition holds.
+func refuseProduce(c *kfake.Cluster, code int16) (stop func()) {
+	var on atomic.Bool
+	on.Store(true)
 	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		if !on.Load() {
+			c.DropControl()
+			return nil, nil, false
+		}
+		c.KeepControl()
 		req := kreq.(*kmsg.ProduceRequest)
 		resp := req.ResponseKind().(*kmsg.ProduceResponse)
 		for _, rt := range req.Topics {
@@ -171,6 +183,7 @@ func answerProduce(c *kfake.Cluster, code int16) {
 		}
 		return resp, nil, true
 	})
+	return func() { on.Store(false) }
 }
 
 // TestPublish_NotEnoughReplicasThenSuccess: a broker that cannot reach
@@ -182,9 +195,10 @@ func TestPublish_NotEnoughReplicasThenSuccess(t *testing.T) {
 	in := open(t, c, node, p)
 	mustPublish(t, in, rec(node, 1)) // warm: metadata and producer id loaded
 
-	answerProduce(c, kerr.NotEnoughReplicas.Code)
+	stop := refuseProduce(c, kerr.NotEnoughReplicas.Code)
 	r := rec(node, 2)
 	_, err := in.PublishBatch(ctxT(t), []intake.Record{r, rec(node, 3)})
+	stop()
 	wantClass(t, err, intake.Unavailable)
 	if !errors.Is(err, kerr.NotEnoughReplicas) {
 		t.Errorf("err = %v, want it to wrap NOT_ENOUGH_REPLICAS", err)
