@@ -284,9 +284,10 @@ func (l *groupLog) close() {
 // fsyncCalibrator measures what one fdatasync of a given size costs this
 // host in process CPU, as BenchmarkGroupFsync does, so that nullsync and
 // disk, which sync in groups of different sizes and rates, can be compared
-// as if both paid disk's fsyncs. The cost is the host's and drifts (55-62
-// us a call on 2026-12-06, 28-33 on 2026-12-07 on the same VM), so it is
-// measured in the run, just after the run it prices.
+// as if both paid disk's fsyncs. The cost is the host's and drifts
+// (BenchmarkGroupFsync: 55-62 us a call on 2026-12-06, 26-28 on
+// 2026-12-07, the same VM), so it is measured in the run, just after the
+// run it prices.
 type fsyncCalibrator struct {
 	f      *os.File
 	size   int64 // the file's, all of it allocated
