@@ -48,10 +48,12 @@ type Options struct {
 //
 // Pebble treats a failed WAL write or sync as fatal: it calls
 // Options.Logger.Fatalf and, if that returns, carries on as if the commit had
-// succeeded. fatalLogger turns that call into a recorded error instead of an
-// exit, and every write path checks it, so a failed fsync is seen as a
-// failure rather than a silent success. The DB is then never written again:
-// Reopen closes it and opens the directory afresh.
+// succeeded, except where it closes a log, where it panics. The walGuard
+// keeps WAL faults from Pebble and records them (F1, walguard.go), and
+// fatalLogger turns Pebble's other Fatalf calls into the same recorded error
+// instead of an exit; every write path checks it, so a failed fsync is seen
+// as a failure rather than a silent success. The DB is then never written
+// again: Reopen closes it and opens the directory afresh.
 type Store struct {
 	opts Options
 	log  *slog.Logger
@@ -101,7 +103,13 @@ func (l *fatalLogger) Errorf(format string, args ...any) {
 // Fatalf records the error and returns; Pebble then continues, and the store
 // refuses to trust anything this DB says from now on.
 func (l *fatalLogger) Fatalf(format string, args ...any) {
-	err := fmt.Errorf("pebble fatal: "+format, args...)
+	l.record(fmt.Errorf("pebble fatal: "+format, args...))
+}
+
+// record logs err and keeps it as the generation's fatal error unless one
+// is kept already: Pebble's Fatalf, or a WAL fault the walGuard kept from
+// Pebble (F1).
+func (l *fatalLogger) record(err error) {
 	l.err.CompareAndSwap(nil, &err)
 	l.log.Error(err.Error(), "component", "pebble")
 }
@@ -143,7 +151,7 @@ func Open(opts Options) (*Store, error) {
 func (s *Store) openLocked() error {
 	fl := &fatalLogger{log: s.opts.Logger}
 	po := &pebble.Options{
-		FS:     s.opts.FS,
+		FS:     newWALGuard(s.opts.FS, s.opts.Dir, fl), // F1
 		Logger: fl,
 		// The WAL is our durability record; WALMinSyncInterval stays 0 so a
 		// Sync write is not delayed to merge with others (the syncer already
@@ -563,7 +571,15 @@ func (s *Store) Checkpoint(dir string) error {
 	if s.closed || s.db == nil {
 		return ErrClosed
 	}
+	// A failed generation's logs end at the fault and its later writes
+	// went nowhere (F1): nothing it copies is trusted.
+	if err := s.fatal.failed(); err != nil {
+		return fmt.Errorf("checkpoint into %s: %w", dir, err)
+	}
 	if err := s.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+		return fmt.Errorf("checkpoint into %s: %w", dir, err)
+	}
+	if err := s.fatal.failed(); err != nil {
 		return fmt.Errorf("checkpoint into %s: %w", dir, err)
 	}
 	return nil

@@ -1,0 +1,168 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// walGuard is the file system one DB generation's Pebble writes through.
+// It keeps this invariant:
+//
+// F1. A failed WAL write or sync fails the store's generation, never the
+// process. Pebble panics when it cannot close a WAL (rotateWAL: a full
+// memtable's switch to a new log closes the old one, and the close flushes
+// and syncs it, or returns the log writer's kept error), and that panic
+// unwinds through a deferred unlock of a mutex rotateWAL had released: a
+// fatal error, which no recover catches. So Pebble never sees a WAL
+// fault. The guard records the first one as the generation's fatal error,
+// the record Pebble's own Fatalf leaves (fatalLogger), before it answers;
+// from then on every WAL write and sync of the generation does nothing and
+// reports success. Nothing written after the fault reaches a WAL on disk,
+// as when Pebble's log writer keeps the error, and every store call checks
+// the record after Pebble returns, so no caller is told that a write made
+// at or after the fault is durable; the generation is then only closed
+// and reopened (Reopen).
+//
+// Pebble reads a torn end only in the newest log: an older log must end
+// cleanly, or Open refuses the store. So once the generation has failed,
+// a new log (Pebble's switch after a full memtable, a recycled log) is
+// not made on the disk but in memory, where its writes go nowhere: the
+// torn log stays the newest, and a Reopen or a restart replays it. Only
+// the store's own logs are guarded; a checkpoint's copies of them, in
+// another directory, are not (Checkpoint checks the record itself).
+//
+// Not kept from Pebble, and still fatal to the process: a failed close of
+// a log file, a failed create of a new log while the generation is
+// healthy, and a failed sync of the store's directory. Found by the
+// simulator (docs/testing.md, seed 203506), which faults only log writes
+// and syncs.
+type walGuard struct {
+	vfs.FS
+	dir     string // the store's: only its *.log files are guarded
+	fatal   *fatalLogger
+	scratch vfs.FS // where a failed generation's new logs go
+}
+
+func newWALGuard(fs vfs.FS, dir string, fatal *fatalLogger) *walGuard {
+	return &walGuard{FS: fs, dir: dir, fatal: fatal, scratch: vfs.NewMem()}
+}
+
+func (g *walGuard) isWAL(name string) bool {
+	return strings.HasSuffix(name, ".log") && g.FS.PathDir(name) == g.dir
+}
+
+func (g *walGuard) wrap(name string, f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return f, err
+	}
+	return &walFile{File: f, name: name, g: g}, nil
+}
+
+func (g *walGuard) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if !g.isWAL(name) {
+		return g.FS.Create(name, category)
+	}
+	if g.failed() {
+		return g.memLog(name, category)
+	}
+	f, err := g.FS.Create(name, category)
+	return g.wrap(name, f, err)
+}
+
+func (g *walGuard) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	if !g.isWAL(name) {
+		return g.FS.OpenReadWrite(name, category, opts...)
+	}
+	if g.failed() {
+		return g.memLog(name, category)
+	}
+	f, err := g.FS.OpenReadWrite(name, category, opts...)
+	return g.wrap(name, f, err)
+}
+
+func (g *walGuard) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if !g.isWAL(newname) {
+		return g.FS.ReuseForWrite(oldname, newname, category)
+	}
+	if g.failed() {
+		// The old log stays on the disk under its old name, obsolete: an
+		// open ignores a log below the manifest's first unflushed one.
+		return g.memLog(newname, category)
+	}
+	f, err := g.FS.ReuseForWrite(oldname, newname, category)
+	return g.wrap(newname, f, err)
+}
+
+// memLog is a new log of a failed generation, made in memory (F1).
+func (g *walGuard) memLog(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := g.scratch.Create(g.FS.PathBase(name), category)
+	return g.wrap(name, f, err)
+}
+
+// failed says whether the generation has a fatal error (F1: then WAL
+// writes and syncs do nothing).
+func (g *walGuard) failed() bool { return g.fatal.err.Load() != nil }
+
+// fault records a WAL fault as the generation's fatal error (F1).
+func (g *walGuard) fault(op, name string, err error) {
+	g.fatal.record(fmt.Errorf("pebble WAL %s of %s: %w", op, name, err))
+}
+
+// walFile is one WAL file of a guarded generation (F1).
+type walFile struct {
+	vfs.File
+	name string
+	g    *walGuard
+}
+
+func (f *walFile) Write(p []byte) (int, error) {
+	if f.g.failed() {
+		return len(p), nil
+	}
+	if _, err := f.File.Write(p); err != nil {
+		f.g.fault("write", f.name, err)
+	}
+	return len(p), nil
+}
+
+func (f *walFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.g.failed() {
+		return len(p), nil
+	}
+	if _, err := f.File.WriteAt(p, off); err != nil {
+		f.g.fault("write", f.name, err)
+	}
+	return len(p), nil
+}
+
+func (f *walFile) Sync() error {
+	if !f.g.failed() {
+		if err := f.File.Sync(); err != nil {
+			f.g.fault("sync", f.name, err)
+		}
+	}
+	return nil
+}
+
+func (f *walFile) SyncData() error {
+	if !f.g.failed() {
+		if err := f.File.SyncData(); err != nil {
+			f.g.fault("sync", f.name, err)
+		}
+	}
+	return nil
+}
+
+func (f *walFile) SyncTo(length int64) (fullSync bool, err error) {
+	if f.g.failed() {
+		return true, nil
+	}
+	full, err := f.File.SyncTo(length)
+	if err != nil {
+		f.g.fault("sync", f.name, err)
+		return true, nil
+	}
+	return full, nil
+}

@@ -1,0 +1,233 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/ankusa/ankusa/internal/store"
+)
+
+// walFaults fails every WAL (*.log) write or sync of the kinds armed.
+func walFaults(kinds ...errorfs.OpKind) *errorfs.Toggle {
+	return &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !strings.HasSuffix(op.Path, ".log") {
+			return nil
+		}
+		for _, k := range kinds {
+			if op.Kind == k {
+				return errorfs.ErrInjected
+			}
+		}
+		return nil
+	})}
+}
+
+// nthWALWrite fails, once armed, the WAL writes from the nth on.
+type nthWALWrite struct {
+	mu      sync.Mutex
+	armed   bool
+	n, seen int
+}
+
+func (f *nthWALWrite) arm(n int)      { f.mu.Lock(); f.armed, f.n, f.seen = true, n, 0; f.mu.Unlock() }
+func (f *nthWALWrite) off()           { f.mu.Lock(); f.armed = false; f.mu.Unlock() }
+func (f *nthWALWrite) String() string { return "the nth WAL write on fails" }
+
+func (f *nthWALWrite) MaybeError(op errorfs.Op) error {
+	if !strings.HasSuffix(op.Path, ".log") || (op.Kind != errorfs.OpFileWrite && op.Kind != errorfs.OpFileWriteAt) {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.armed {
+		return nil
+	}
+	f.seen++
+	if f.seen >= f.n {
+		return errorfs.ErrInjected
+	}
+	return nil
+}
+
+// A WAL fault that Pebble meets while it switches to a new WAL (a full
+// memtable: the old log is closed, and the close flushes and syncs it)
+// must fail the store, as every other failed WAL write or sync does, and
+// not the process: Pebble panics when that close fails, with its own mutex
+// released, which ends in a fatal error no recover can catch. Found by
+// the simulator (seed 203506: a dispatcher's unsynced apply filled the
+// memtable just after two WAL fsyncs were armed to fail).
+func TestStore_AWALFaultAtTheLogSwitchFailsTheStoreNotTheProcess(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		kinds []errorfs.OpKind
+	}{
+		{"sync", []errorfs.OpKind{errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo}},
+		{"write", []errorfs.OpKind{errorfs.OpFileWrite, errorfs.OpFileWriteAt}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			faults := walFaults(tc.kinds...)
+			st, err := store.Open(store.Options{Dir: "/store", FS: errorfs.Wrap(vfs.NewMem(), faults),
+				MemTableSize: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			storePut(t, st, "acked", "durable before the fault")
+
+			// Armed, then only unsynced applies: the first WAL sync Pebble
+			// makes is the one that closes the full memtable's log.
+			faults.On()
+			value := make([]byte, 64<<10)
+			var applyErr error
+			for i := 0; applyErr == nil; i++ {
+				if i*len(value) > 8<<20 {
+					t.Fatalf("no apply failed after %d bytes written with a 1 MiB memtable and the WAL failing", i*len(value))
+				}
+				b := st.NewBatch()
+				_ = b.Set([]byte(fmt.Sprintf("fill/%06d", i)), value, nil)
+				applyErr = st.Apply(b)
+				_ = b.Close()
+			}
+			if !errors.Is(applyErr, store.ErrFailed) {
+				t.Fatalf("apply after the WAL failed: %v, want store.ErrFailed", applyErr)
+			}
+			// The generation stays failed: nothing it says is trusted.
+			b := st.NewBatch()
+			_ = b.Set([]byte("after"), []byte("x"), nil)
+			if err := st.ApplySync(b); !errors.Is(err, store.ErrFailed) {
+				t.Fatalf("a synced apply on the failed generation: %v, want store.ErrFailed", err)
+			}
+			_ = b.Close()
+
+			faults.Off()
+			if err := st.Reopen(); err != nil {
+				t.Fatalf("reopen after the fault healed: %v", err)
+			}
+			if v, err := st.Get([]byte("acked")); err != nil || string(v) != "durable before the fault" {
+				t.Fatalf("the row synced before the fault: %q, %v", v, err)
+			}
+			storePut(t, st, "later", "written after the reopen")
+		})
+	}
+}
+
+// A WAL fault in the middle of the log (the nth write after it is armed,
+// so that earlier writes of the same log landed) leaves a torn log. The
+// store must still reopen, and open again from the files alone (a restart
+// or a power cut), with every synced row: Pebble reads a torn end only in
+// the newest log, so no newer log may be created on the disk after the
+// fault (F1).
+func TestStore_AfterAWALFaultInTheLogTheStoreReopensAndOpens(t *testing.T) {
+	for _, size := range []int{1000, 20 << 10, 64 << 10} {
+		for n := 1; n <= 8; n++ {
+			t.Run(fmt.Sprintf("value=%d/write=%d", size, n), func(t *testing.T) {
+				fs := vfs.NewMem()
+				faults := &nthWALWrite{}
+				opts := store.Options{Dir: "/store", FS: errorfs.Wrap(fs, faults),
+					MemTableSize: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+				st, err := store.Open(opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer st.Close()
+				storePut(t, st, "acked", "durable before the fault")
+				faults.arm(n)
+				value := make([]byte, size)
+				for i := 0; ; i++ {
+					if i*size > 8<<20 {
+						t.Fatalf("no apply failed after %d bytes", i*size)
+					}
+					b := st.NewBatch()
+					_ = b.Set([]byte(fmt.Sprintf("fill/%06d", i)), value, nil)
+					err := st.Apply(b)
+					_ = b.Close()
+					if err != nil {
+						if !errors.Is(err, store.ErrFailed) {
+							t.Fatalf("apply: %v, want store.ErrFailed", err)
+						}
+						break
+					}
+				}
+				// Writes the failed generation takes before the reopen.
+				for i := range 64 {
+					b := st.NewBatch()
+					_ = b.Set([]byte(fmt.Sprintf("after/%06d", i)), value, nil)
+					_ = st.Apply(b)
+					_ = b.Close()
+				}
+				faults.off()
+				if err := st.Reopen(); err != nil {
+					t.Fatalf("reopen after the fault healed: %v", err)
+				}
+				if v, err := st.Get([]byte("acked")); err != nil || string(v) != "durable before the fault" {
+					t.Fatalf("after the reopen, the row synced before the fault: %q, %v", v, err)
+				}
+				storePut(t, st, "later", "synced after the reopen")
+				if err := st.Close(); err != nil {
+					t.Fatalf("close: %v", err)
+				}
+				// A fresh open of the same files, as a restart makes.
+				st2, err := store.Open(opts)
+				if err != nil {
+					t.Fatalf("open after the reopen: %v", err)
+				}
+				defer st2.Close()
+				for k, want := range map[string]string{"acked": "durable before the fault", "later": "synced after the reopen"} {
+					if v, err := st2.Get([]byte(k)); err != nil || string(v) != want {
+						t.Fatalf("after a fresh open, %s: %q, %v", k, v, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A checkpoint's copies of the logs are not the store's logs: a fault
+// writing them fails the checkpoint, not the live store (F1 guards only
+// the store's own directory), and a failed generation checkpoints nothing.
+func TestStore_ACheckpointsLogFaultFailsTheCheckpointNotTheStore(t *testing.T) {
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasPrefix(op.Path, "/ckpt") && strings.HasSuffix(op.Path, ".log") &&
+			(op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileWriteAt) {
+			return errorfs.ErrInjected
+		}
+		return nil
+	})
+	st, err := store.Open(store.Options{Dir: "/store", FS: errorfs.Wrap(vfs.NewMem(), inj),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	storePut(t, st, "acked", "v")
+	if err := st.Checkpoint("/ckpt"); err == nil {
+		t.Fatal("a checkpoint whose log copy failed reported success")
+	}
+	storePut(t, st, "after", "the live store still takes synced writes")
+
+	faults := walFaults(errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo)
+	st2, err := store.Open(store.Options{Dir: "/store", FS: errorfs.Wrap(vfs.NewMem(), faults),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	faults.On()
+	b := st2.NewBatch()
+	_ = b.Set([]byte("k"), []byte("v"), nil)
+	if err := st2.ApplySync(b); !errors.Is(err, store.ErrFailed) {
+		t.Fatalf("synced apply with the WAL failing: %v, want store.ErrFailed", err)
+	}
+	_ = b.Close()
+	if err := st2.Checkpoint("/ckpt2"); !errors.Is(err, store.ErrFailed) {
+		t.Fatalf("checkpoint of a failed generation: %v, want store.ErrFailed", err)
+	}
+}
