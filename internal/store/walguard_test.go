@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -65,16 +67,20 @@ func (f *nthWALWrite) MaybeError(op errorfs.Op) error {
 // the simulator (seed 203506: a dispatcher's unsynced apply filled the
 // memtable just after two WAL fsyncs were armed to fail).
 func TestStore_AWALFaultAtTheLogSwitchFailsTheStoreNotTheProcess(t *testing.T) {
+	syncs := []errorfs.OpKind{errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo}
 	for _, tc := range []struct {
-		name  string
-		kinds []errorfs.OpKind
+		name, dir string
+		kinds     []errorfs.OpKind
 	}{
-		{"sync", []errorfs.OpKind{errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo}},
-		{"write", []errorfs.OpKind{errorfs.OpFileWrite, errorfs.OpFileWriteAt}},
+		{"sync", "/store", syncs},
+		{"write", "/store", []errorfs.OpKind{errorfs.OpFileWrite, errorfs.OpFileWriteAt}},
+		{"create", "/store", []errorfs.OpKind{errorfs.OpCreate, errorfs.OpReuseForWrite}},
+		// Pebble cleans the names it opens; the guard must match them.
+		{"sync, dir given with a trailing slash", "/store/", syncs},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			faults := walFaults(tc.kinds...)
-			st, err := store.Open(store.Options{Dir: "/store", FS: errorfs.Wrap(vfs.NewMem(), faults),
+			st, err := store.Open(store.Options{Dir: tc.dir, FS: errorfs.Wrap(vfs.NewMem(), faults),
 				MemTableSize: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)
@@ -229,5 +235,154 @@ func TestStore_ACheckpointsLogFaultFailsTheCheckpointNotTheStore(t *testing.T) {
 	_ = b.Close()
 	if err := st2.Checkpoint("/ckpt2"); !errors.Is(err, store.ErrFailed) {
 		t.Fatalf("checkpoint of a failed generation: %v, want store.ErrFailed", err)
+	}
+}
+
+// closeFaultFS fails the close of a WAL file while armed (errorfs never
+// fails a close).
+type closeFaultFS struct {
+	vfs.FS
+	armed atomic.Bool
+}
+
+type closeFaultFile struct {
+	vfs.File
+	fs *closeFaultFS
+}
+
+func (f *closeFaultFile) Close() error {
+	err := f.File.Close()
+	if f.fs.armed.Load() {
+		return errors.New("injected close fault")
+	}
+	return err
+}
+
+func (fs *closeFaultFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return &closeFaultFile{File: f, fs: fs}, nil
+}
+
+func (fs *closeFaultFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
+	if err != nil {
+		return f, err
+	}
+	return &closeFaultFile{File: f, fs: fs}, nil
+}
+
+// A failed close of the old log at the switch is a fault like a failed
+// sync: Pebble panics on it too (F1).
+func TestStore_AFailedWALCloseAtTheLogSwitchFailsTheStoreNotTheProcess(t *testing.T) {
+	fs := &closeFaultFS{FS: vfs.NewMem()}
+	st, err := store.Open(store.Options{Dir: "/store", FS: fs,
+		MemTableSize: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	storePut(t, st, "acked", "durable before the fault")
+	fs.armed.Store(true)
+	value := make([]byte, 64<<10)
+	var applyErr error
+	for i := 0; applyErr == nil; i++ {
+		if i*len(value) > 8<<20 {
+			t.Fatalf("no apply failed after %d bytes with every WAL close failing", i*len(value))
+		}
+		b := st.NewBatch()
+		_ = b.Set([]byte(fmt.Sprintf("fill/%06d", i)), value, nil)
+		applyErr = st.Apply(b)
+		_ = b.Close()
+	}
+	if !errors.Is(applyErr, store.ErrFailed) {
+		t.Fatalf("apply after a WAL close failed: %v, want store.ErrFailed", applyErr)
+	}
+	fs.armed.Store(false)
+	if err := st.Reopen(); err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	if v, err := st.Get([]byte("acked")); err != nil || string(v) != "durable before the fault" {
+		t.Fatalf("the row synced before the fault: %q, %v", v, err)
+	}
+}
+
+// A power cut at any point after a WAL fault (taken as crash clones of the
+// disk: only synced data, or a seeded share of the rest) keeps every row
+// synced before the fault, and every clone opens (F1: the torn log stays
+// the newest one on the disk).
+func TestStore_APowerCutAfterAWALFaultKeepsEverySyncedRow(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		kinds []errorfs.OpKind
+	}{
+		{"sync", []errorfs.OpKind{errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo}},
+		{"write", []errorfs.OpKind{errorfs.OpFileWrite, errorfs.OpFileWriteAt}},
+	} {
+		for seed := range uint64(3) {
+			t.Run(fmt.Sprintf("%s/seed=%d", tc.name, seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 7))
+				mem := vfs.NewCrashableMem()
+				faults := walFaults(tc.kinds...)
+				opts := store.Options{Dir: "/store", FS: errorfs.Wrap(mem, faults),
+					MemTableSize: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+				st, err := store.Open(opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer st.Close()
+				// Enough synced rows for several log switches (and recycled logs).
+				value := make([]byte, 1024)
+				const synced = 3000
+				for i := 0; i < synced; i += 100 {
+					b := st.NewBatch()
+					for j := i; j < i+100; j++ {
+						_ = b.Set([]byte(fmt.Sprintf("synced/%06d", j)), value, nil)
+					}
+					if err := st.ApplySync(b); err != nil {
+						t.Fatal(err)
+					}
+					_ = b.Close()
+				}
+				var clones []*vfs.MemFS
+				clone := func() {
+					clones = append(clones, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rng}))
+				}
+				faults.On()
+				big := make([]byte, 16<<10)
+				for i := range 400 {
+					b := st.NewBatch()
+					_ = b.Set([]byte(fmt.Sprintf("fill/%06d", i)), big, nil)
+					_ = st.Apply(b)
+					_ = b.Close()
+					if i%50 == 0 {
+						clone()
+					}
+				}
+				clone()
+				faults.Off()
+				if err := st.Reopen(); err != nil {
+					t.Fatalf("reopen: %v", err)
+				}
+				clone()
+				storePut(t, st, "later", "synced after the reopen")
+				clone()
+				for i, fs := range clones {
+					c, err := store.Open(store.Options{Dir: "/store", FS: fs, Logger: opts.Logger})
+					if err != nil {
+						t.Fatalf("clone %d does not open: %v", i, err)
+					}
+					for j := range synced {
+						if v, err := c.Get([]byte(fmt.Sprintf("synced/%06d", j))); err != nil || len(v) != len(value) {
+							_ = c.Close()
+							t.Fatalf("clone %d lost synced/%06d: %d bytes, %v", i, j, len(v), err)
+						}
+					}
+					_ = c.Close()
+				}
+			})
+		}
 	}
 }
