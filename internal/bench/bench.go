@@ -47,6 +47,16 @@ const (
 
 // ParseModes reads a comma list of instance modes ("disk", "dual").
 func ParseModes(s string) ([]Mode, error) {
+	out, err := parseModeList(s, "mode", ModeDisk, ModeDual)
+	if err == nil && len(out) == 0 {
+		return nil, fmt.Errorf("no mode")
+	}
+	return out, err
+}
+
+// parseModeList reads a comma list of the allowed modes, each at most
+// once; what names them in an error is kind.
+func parseModeList(s, kind string, allowed ...Mode) ([]Mode, error) {
 	var out []Mode
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
@@ -54,16 +64,17 @@ func ParseModes(s string) ([]Mode, error) {
 			continue
 		}
 		m := Mode(f)
-		if m != ModeDisk && m != ModeDual {
-			return nil, fmt.Errorf("unknown mode %q (disk|dual)", f)
+		if !slices.Contains(allowed, m) {
+			names := make([]string, len(allowed))
+			for i, a := range allowed {
+				names[i] = string(a)
+			}
+			return nil, fmt.Errorf("unknown %s %q (%s)", kind, f, strings.Join(names, "|"))
 		}
 		if slices.Contains(out, m) {
-			return nil, fmt.Errorf("mode %q given twice", f)
+			return nil, fmt.Errorf("%s %q given twice", kind, f)
 		}
 		out = append(out, m)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no mode")
 	}
 	return out, nil
 }

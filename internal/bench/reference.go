@@ -21,8 +21,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,22 +55,7 @@ func isReference(m Mode) bool { return m == ModeNull || m == ModeNullSHA || m ==
 
 // ParseRefs reads a comma list of references ("nullsha", "nullsync").
 func ParseRefs(s string) ([]Mode, error) {
-	var out []Mode
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		m := Mode(f)
-		if m != ModeNullSHA && m != ModeNullSync {
-			return nil, fmt.Errorf("unknown reference %q (nullsha|nullsync)", f)
-		}
-		if slices.Contains(out, m) {
-			return nil, fmt.Errorf("reference %q given twice", f)
-		}
-		out = append(out, m)
-	}
-	return out, nil
+	return parseModeList(s, "reference", ModeNullSHA, ModeNullSync)
 }
 
 // nullAnswer mirrors the size and shape of Ankusa's 201 body.

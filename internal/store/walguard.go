@@ -58,64 +58,46 @@ func (g *walGuard) isWAL(name string) bool {
 	return strings.HasSuffix(name, ".log") && g.FS.PathDir(name) == g.dir
 }
 
-func (g *walGuard) wrap(name string, f vfs.File, err error) (vfs.File, error) {
-	if err != nil {
-		return f, err
-	}
-	return &walFile{File: f, name: name, g: g}, nil
-}
-
 func (g *walGuard) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	if !g.isWAL(name) {
 		return g.FS.Create(name, category)
 	}
-	if g.failed() {
-		return g.memLog(name, category)
-	}
-	f, err := g.FS.Create(name, category)
-	if err != nil {
-		g.fault("create", name, err)
-		return g.memLog(name, category)
-	}
-	return g.wrap(name, f, nil)
+	return g.openLog(name, "create", category, func() (vfs.File, error) { return g.FS.Create(name, category) })
 }
 
 func (g *walGuard) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
 	if !g.isWAL(name) {
 		return g.FS.OpenReadWrite(name, category, opts...)
 	}
-	if g.failed() {
-		return g.memLog(name, category)
-	}
-	f, err := g.FS.OpenReadWrite(name, category, opts...)
-	if err != nil {
-		g.fault("open", name, err)
-		return g.memLog(name, category)
-	}
-	return g.wrap(name, f, nil)
+	return g.openLog(name, "open", category, func() (vfs.File, error) { return g.FS.OpenReadWrite(name, category, opts...) })
 }
 
+// ReuseForWrite of a failed generation leaves the old log on the disk under
+// its old name, obsolete: an open ignores a log below the manifest's first
+// unflushed one.
 func (g *walGuard) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	if !g.isWAL(newname) {
 		return g.FS.ReuseForWrite(oldname, newname, category)
 	}
-	if g.failed() {
-		// The old log stays on the disk under its old name, obsolete: an
-		// open ignores a log below the manifest's first unflushed one.
-		return g.memLog(newname, category)
-	}
-	f, err := g.FS.ReuseForWrite(oldname, newname, category)
-	if err != nil {
-		g.fault("reuse", newname, err)
-		return g.memLog(newname, category)
-	}
-	return g.wrap(newname, f, nil)
+	return g.openLog(newname, "reuse", category, func() (vfs.File, error) { return g.FS.ReuseForWrite(oldname, newname, category) })
 }
 
-// memLog is a new log of a failed generation, made in memory (F1).
-func (g *walGuard) memLog(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+// openLog opens one of the store's logs with open while the generation is
+// healthy; a failed open is a fault (op names it), and a failed
+// generation's new log is made in memory (F1).
+func (g *walGuard) openLog(name, op string, category vfs.DiskWriteCategory, open func() (vfs.File, error)) (vfs.File, error) {
+	if !g.failed() {
+		f, err := open()
+		if err == nil {
+			return &walFile{File: f, name: name, g: g}, nil
+		}
+		g.fault(op, name, err)
+	}
 	f, err := g.scratch.Create(g.FS.PathBase(name), category)
-	return g.wrap(name, f, err)
+	if err != nil {
+		return nil, err
+	}
+	return &walFile{File: f, name: name, g: g}, nil
 }
 
 // failed says whether the generation has a fatal error (F1: then WAL

@@ -3,8 +3,6 @@ package store_test
 import (
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/ankusa/ankusa/internal/store"
+	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 // walFaults fails every WAL (*.log) write or sync of the kinds armed.
@@ -30,6 +29,26 @@ func walFaults(kinds ...errorfs.OpKind) *errorfs.Toggle {
 		}
 		return nil
 	})}
+}
+
+// fillUntilAnApplyFails applies unsynced batches of one size-byte row
+// each until one fails, and returns its error; with a 1 MiB memtable the
+// log switches long before the 8 MiB after which it fails the test.
+func fillUntilAnApplyFails(t *testing.T, st *store.Store, size int) error {
+	t.Helper()
+	value := make([]byte, size)
+	for i := 0; ; i++ {
+		if i*size > 8<<20 {
+			t.Fatalf("no apply failed after %d bytes written with a 1 MiB memtable and the WAL failing", i*size)
+		}
+		b := st.NewBatch()
+		_ = b.Set([]byte(fmt.Sprintf("fill/%06d", i)), value, nil)
+		err := st.Apply(b)
+		_ = b.Close()
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // nthWALWrite fails, once armed, the WAL writes from the nth on.
@@ -81,7 +100,7 @@ func TestStore_AWALFaultAtTheLogSwitchFailsTheStoreNotTheProcess(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			faults := walFaults(tc.kinds...)
 			st, err := store.Open(store.Options{Dir: tc.dir, FS: errorfs.Wrap(vfs.NewMem(), faults),
-				MemTableSize: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				MemTableSize: 1 << 20, Logger: testutil.Logger(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,18 +110,7 @@ func TestStore_AWALFaultAtTheLogSwitchFailsTheStoreNotTheProcess(t *testing.T) {
 			// Armed, then only unsynced applies: the first WAL sync Pebble
 			// makes is the one that closes the full memtable's log.
 			faults.On()
-			value := make([]byte, 64<<10)
-			var applyErr error
-			for i := 0; applyErr == nil; i++ {
-				if i*len(value) > 8<<20 {
-					t.Fatalf("no apply failed after %d bytes written with a 1 MiB memtable and the WAL failing", i*len(value))
-				}
-				b := st.NewBatch()
-				_ = b.Set([]byte(fmt.Sprintf("fill/%06d", i)), value, nil)
-				applyErr = st.Apply(b)
-				_ = b.Close()
-			}
-			if !errors.Is(applyErr, store.ErrFailed) {
+			if applyErr := fillUntilAnApplyFails(t, st, 64<<10); !errors.Is(applyErr, store.ErrFailed) {
 				t.Fatalf("apply after the WAL failed: %v, want store.ErrFailed", applyErr)
 			}
 			// The generation stays failed: nothing it says is trusted.
@@ -138,7 +146,7 @@ func TestStore_AfterAWALFaultInTheLogTheStoreReopensAndOpens(t *testing.T) {
 				fs := vfs.NewMem()
 				faults := &nthWALWrite{}
 				opts := store.Options{Dir: "/store", FS: errorfs.Wrap(fs, faults),
-					MemTableSize: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+					MemTableSize: 1 << 20, Logger: testutil.Logger(t)}
 				st, err := store.Open(opts)
 				if err != nil {
 					t.Fatal(err)
@@ -146,22 +154,10 @@ func TestStore_AfterAWALFaultInTheLogTheStoreReopensAndOpens(t *testing.T) {
 				defer st.Close()
 				storePut(t, st, "acked", "durable before the fault")
 				faults.arm(n)
-				value := make([]byte, size)
-				for i := 0; ; i++ {
-					if i*size > 8<<20 {
-						t.Fatalf("no apply failed after %d bytes", i*size)
-					}
-					b := st.NewBatch()
-					_ = b.Set([]byte(fmt.Sprintf("fill/%06d", i)), value, nil)
-					err := st.Apply(b)
-					_ = b.Close()
-					if err != nil {
-						if !errors.Is(err, store.ErrFailed) {
-							t.Fatalf("apply: %v, want store.ErrFailed", err)
-						}
-						break
-					}
+				if err := fillUntilAnApplyFails(t, st, size); !errors.Is(err, store.ErrFailed) {
+					t.Fatalf("apply: %v, want store.ErrFailed", err)
 				}
+				value := make([]byte, size)
 				// Writes the failed generation takes before the reopen.
 				for i := range 64 {
 					b := st.NewBatch()
@@ -208,7 +204,7 @@ func TestStore_ACheckpointsLogFaultFailsTheCheckpointNotTheStore(t *testing.T) {
 		return nil
 	})
 	st, err := store.Open(store.Options{Dir: "/store", FS: errorfs.Wrap(vfs.NewMem(), inj),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: testutil.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +217,7 @@ func TestStore_ACheckpointsLogFaultFailsTheCheckpointNotTheStore(t *testing.T) {
 
 	faults := walFaults(errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo)
 	st2, err := store.Open(store.Options{Dir: "/store", FS: errorfs.Wrap(vfs.NewMem(), faults),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: testutil.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,25 +275,14 @@ func (fs *closeFaultFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCa
 func TestStore_AFailedWALCloseAtTheLogSwitchFailsTheStoreNotTheProcess(t *testing.T) {
 	fs := &closeFaultFS{FS: vfs.NewMem()}
 	st, err := store.Open(store.Options{Dir: "/store", FS: fs,
-		MemTableSize: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		MemTableSize: 1 << 20, Logger: testutil.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
 	storePut(t, st, "acked", "durable before the fault")
 	fs.armed.Store(true)
-	value := make([]byte, 64<<10)
-	var applyErr error
-	for i := 0; applyErr == nil; i++ {
-		if i*len(value) > 8<<20 {
-			t.Fatalf("no apply failed after %d bytes with every WAL close failing", i*len(value))
-		}
-		b := st.NewBatch()
-		_ = b.Set([]byte(fmt.Sprintf("fill/%06d", i)), value, nil)
-		applyErr = st.Apply(b)
-		_ = b.Close()
-	}
-	if !errors.Is(applyErr, store.ErrFailed) {
+	if applyErr := fillUntilAnApplyFails(t, st, 64<<10); !errors.Is(applyErr, store.ErrFailed) {
 		t.Fatalf("apply after a WAL close failed: %v, want store.ErrFailed", applyErr)
 	}
 	fs.armed.Store(false)
@@ -327,7 +312,7 @@ func TestStore_APowerCutAfterAWALFaultKeepsEverySyncedRow(t *testing.T) {
 				mem := vfs.NewCrashableMem()
 				faults := walFaults(tc.kinds...)
 				opts := store.Options{Dir: "/store", FS: errorfs.Wrap(mem, faults),
-					MemTableSize: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+					MemTableSize: 1 << 20, Logger: testutil.Logger(t)}
 				st, err := store.Open(opts)
 				if err != nil {
 					t.Fatal(err)
