@@ -390,13 +390,11 @@ func FormatResult(r Result) string {
 		fmt.Fprintf(&b, " retention=%s", r.Retention)
 	}
 	fmt.Fprintf(&b, "  req/s=%.0f  p50=%s  p99=%s", r.ReqPerSec, fmtDur(r.P50), fmtDur(r.P99))
-	if r.Mode == ModeNullSync {
+	if r.Mode == ModeNullSync || !isReference(r.Mode) {
 		fmt.Fprintf(&b, "  fsyncs/s=%.0f  mean_group=%.1f", r.FsyncsPerSec, r.MeanGroup)
 		b.WriteString(fsyncCPUNote(r))
 	}
 	if !isReference(r.Mode) {
-		fmt.Fprintf(&b, "  fsyncs/s=%.0f  mean_group=%.1f", r.FsyncsPerSec, r.MeanGroup)
-		b.WriteString(fsyncCPUNote(r))
 		if r.MetricsError == "" {
 			fmt.Fprintf(&b, "  fsync_p50~%s", fmtDur(r.FsyncP50))
 		}
