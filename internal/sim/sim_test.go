@@ -84,6 +84,8 @@ func runSchedule(seed uint64, tmpRoot string) outcome {
 	out := outcome{seed: seed, violations: w.found, trace: w.traceLines(), injected: w.injected}
 	out.injected.fsync += w.faults.syncs
 	out.injected.write += w.faults.writes
+	out.injected.open += w.faults.opens
+	out.injected.recycled += w.faults.recycled
 	return out
 }
 
@@ -185,7 +187,7 @@ func (w *world) event(kind string) {
 		w.tracef("fault: the next %d WAL fsyncs fail", k)
 	case "write":
 		w.faults.set(func(f *diskFaults) { f.failWrites++ })
-		w.tracef("fault: the next WAL write fails")
+		w.tracef("fault: the next WAL write (a log's creation or reuse included) fails")
 	case "outage":
 		d := time.Duration(300+r.IntN(1700)) * time.Millisecond
 		until := time.Now().Add(d)
@@ -389,8 +391,8 @@ func (s *summary) line() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.faults
-	return fmt.Sprintf("schedules=%d seeds=%d..%d faults={fsync:%d, write:%d, publish:%d, crash:%d, hostloss:%d} violations=%d",
-		s.schedules, s.first, s.last, f.fsync, f.write, f.publish, f.crash, f.hostloss, s.violations)
+	return fmt.Sprintf("schedules=%d seeds=%d..%d faults={fsync:%d, write:%d (log opens:%d), publish:%d, crash:%d, hostloss:%d; in recycled logs:%d} violations=%d",
+		s.schedules, s.first, s.last, f.fsync, f.write, f.open, f.publish, f.crash, f.hostloss, f.recycled, s.violations)
 }
 
 func (s *summary) byInvariant() string {

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/ankusa/ankusa/internal/backup"
 	"github.com/ankusa/ankusa/internal/dispatch"
@@ -78,6 +77,9 @@ type keyInfo struct {
 // counts are the faults a schedule injected, per class.
 type counts struct {
 	fsync, write, publish, crash, hostloss int
+	// Of fsync and write: open counts the writes that refused a log's
+	// creation or reuse, recycled the faults in a recycled log.
+	open, recycled int
 }
 
 func (c *counts) add(o counts) {
@@ -86,6 +88,8 @@ func (c *counts) add(o counts) {
 	c.publish += o.publish
 	c.crash += o.crash
 	c.hostloss += o.hostloss
+	c.open += o.open
+	c.recycled += o.recycled
 }
 
 // schedCfg is what a seed chose for a schedule: the mode and the weights
@@ -333,7 +337,7 @@ func (w *world) boot() error {
 	if _, err := w.disk.Stat(w.disk.PathJoin(storeDir, backup.MarkerName)); err == nil {
 		restored = true
 	}
-	st, err := store.Open(store.Options{Dir: storeDir, FS: errorfs.Wrap(w.disk, w.faults), Logger: discard})
+	st, err := store.Open(store.Options{Dir: storeDir, FS: newFaultFS(w.disk, w.faults), Logger: discard})
 	if err != nil {
 		_ = lg.Close()
 		return fmt.Errorf("open store: %w", err)

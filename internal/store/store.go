@@ -168,9 +168,23 @@ func (s *Store) openLocked() error {
 	if err != nil {
 		return fmt.Errorf("open store %s: %w", s.opts.Dir, err)
 	}
-	if ferr := fl.failed(); ferr != nil {
+	// F2. A generation has written its manifest before anyone uses it.
+	// Pebble writes a manifest at its first version edit only (a flush's),
+	// and Checkpoint copies as much of it as this generation wrote. An open
+	// that replayed no log makes no edit: the last open's flush had emptied
+	// the logs it replayed, and that open's own new log was never created
+	// (a fence's Reopen, or a restart, on a disk that refused the file). A
+	// checkpoint of it held an empty manifest, and the backup never opened
+	// (simulator, log creation faults: seed 95). Open flushes the replayed
+	// logs itself, so this flush's memtable is empty: the edit costs a new
+	// log and a manifest record, no sstable.
+	err = db.Flush()
+	if ferr := fl.failed(); ferr != nil || err != nil {
 		_ = safeClose(db)
-		return fmt.Errorf("open store %s: %w", s.opts.Dir, ferr)
+		if ferr != nil {
+			err = ferr
+		}
+		return fmt.Errorf("open store %s: %w", s.opts.Dir, err)
 	}
 	s.db, s.fatal = db, fl
 	s.gen++

@@ -38,8 +38,7 @@ import (
 // still fatal to the process: a failed sync of the store's directory,
 // which Pebble makes after it creates a log (skipping it would risk the
 // durability of the sstables and manifest a failed generation still
-// writes). Found by the simulator (docs/testing.md, seed 203506), which
-// faults only log writes and syncs.
+// writes). Found by the simulator (docs/testing.md, seed 203506).
 type walGuard struct {
 	vfs.FS
 	dir     string // the store's: only its *.log files are guarded

@@ -371,3 +371,80 @@ func TestStore_APowerCutAfterAWALFaultKeepsEverySyncedRow(t *testing.T) {
 		}
 	}
 }
+
+// A store opened after an open whose new log could not be created (a
+// fence's Reopen, or a restart, on a disk that refused the file) found no
+// log to replay: that open's flush had emptied the logs it replayed. Pebble
+// writes its manifest only at its first version edit, a flush's, and
+// Checkpoint copies the manifest up to the size this generation wrote: none.
+// The backup then held an empty manifest and never opened (simulator, log
+// creation faults: seed 95). Every checkpoint must open with the rows
+// synced before it.
+func TestStore_ACheckpointAfterAnOpenWhoseLogCreateFailedOpens(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// again fails an open of st's directory with the log create failing,
+		// then opens it with the faults off.
+		again func(t *testing.T, st *store.Store, open func() (*store.Store, error), faults *errorfs.Toggle) *store.Store
+	}{
+		{"fence's reopen", func(t *testing.T, st *store.Store, _ func() (*store.Store, error), faults *errorfs.Toggle) *store.Store {
+			faults.On()
+			if err := st.Reopen(); err == nil {
+				t.Fatal("a reopen whose log create failed reported success")
+			}
+			faults.Off()
+			if err := st.Reopen(); err != nil {
+				t.Fatalf("reopen with the disk healed: %v", err)
+			}
+			return st
+		}},
+		{"restart", func(t *testing.T, st *store.Store, open func() (*store.Store, error), faults *errorfs.Toggle) *store.Store {
+			if err := st.Close(); err != nil {
+				t.Fatal(err)
+			}
+			faults.On()
+			if st2, err := open(); err == nil {
+				_ = st2.Close()
+				t.Fatal("an open whose log create failed reported success")
+			}
+			faults.Off()
+			st, err := open()
+			if err != nil {
+				t.Fatalf("open with the disk healed: %v", err)
+			}
+			return st
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := vfs.NewMem()
+			faults := walFaults(errorfs.OpCreate)
+			open := func() (*store.Store, error) {
+				return store.Open(store.Options{Dir: "/store", FS: errorfs.Wrap(mem, faults), Logger: testutil.Logger(t)})
+			}
+			st, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			storePut(t, st, "before", "synced before the failed open")
+			st = tc.again(t, st, open, faults)
+			defer st.Close()
+			storePut(t, st, "after", "synced after it")
+			if err := st.Checkpoint("/ckpt"); err != nil {
+				t.Fatalf("checkpoint: %v", err)
+			}
+			cp, err := store.Open(store.Options{Dir: "/ckpt", FS: mem, Logger: testutil.Logger(t)})
+			if err != nil {
+				t.Fatalf("the checkpoint does not open: %v", err)
+			}
+			defer cp.Close()
+			for _, k := range []string{"before", "after"} {
+				if _, err := cp.Get([]byte(k)); err != nil {
+					t.Errorf("checkpoint lost %q: %v", k, err)
+				}
+			}
+			if cp.ID() != st.ID() {
+				t.Errorf("checkpoint store id %s, want %s", cp.ID(), st.ID())
+			}
+		})
+	}
+}
