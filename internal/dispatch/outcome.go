@@ -51,6 +51,18 @@ func (p RetryPolicy) Delay(attempt int, jitter float64, retryAfter time.Duration
 // whose every delivery is now done, in ONE batch: a crash between two
 // writes would leave a fully delivered hook that nothing ever removes.
 func (d *Dispatcher) record(rs []result) {
+	gen := d.st.Generation()
+	rs, err := d.dropSettled(rs, gen)
+	if err != nil {
+		// Nothing was counted off for rs yet: kept as they are, for the
+		// next turn.
+		d.log.Error("recording delivery outcomes: reading their rows after a store reopen failed; retrying", "rows", len(rs), "err", err)
+		d.unrecorded = append(d.unrecorded, rs...)
+		return
+	}
+	if len(rs) == 0 {
+		return
+	}
 	now := d.o.Now()
 	nowMs := now.UnixMilli()
 	b := d.st.NewBatch()
@@ -71,7 +83,6 @@ func (d *Dispatcher) record(rs []result) {
 	// noIODone: a NoIO claim is recorded here, so the NoIO sinks may be
 	// below their bound again (unparkNoIO).
 	noIODone := false
-	gen := d.st.Generation()
 	for _, r := range rs {
 		c := r.c
 		d.inflight--
@@ -202,6 +213,65 @@ func (d *Dispatcher) record(rs []result) {
 	if hooks > 0 {
 		d.o.OnReclaim(hooks, rows)
 	}
+}
+
+// dropSettled takes out of rs the outcomes the store already holds, or
+// whose hook it no longer holds, ending their claims; it keeps this
+// invariant:
+//
+// R1. An outcome is written only over the row its attempt claimed. A
+// batch the store reported failed may still have reached the WAL ahead of
+// the fault that failed it (its write went out before the failed fsync),
+// and the fence's reopen then replays it: its outcomes recorded, a hook
+// it removed gone with every row. record keeps a failed batch's results
+// to write again (unrecorded); written over what the replay settled, they
+// made a delivery row and an attempt row (for a retry a due row, for a
+// dead letter a dead row) of a hook that had no other row left, which no
+// reclaim removes, or a second due row of one delivery (the simulator,
+// rule 7, seed 400). A failed batch fails its generation, so its results
+// are recorded again on a later one: only results claimed from a
+// generation a reopen replaced are read back, one Get each. The row is
+// settled when it is gone or its attempt count moved past the claim's (no
+// other attempt of it runs meanwhile: the claim holds it, K1).
+func (d *Dispatcher) dropSettled(rs []result, gen uint64) ([]result, error) {
+	var settled []bool
+	for i := range rs {
+		c := &rs[i].c
+		if c.gen == gen || isCancel(rs[i].err) {
+			continue
+		}
+		cur, err := d.st.ReadDelivery(c.seq, c.num)
+		if err != nil {
+			return rs, err
+		}
+		if cur == nil || cur.Attempts != c.delivery.Attempts {
+			if settled == nil {
+				settled = make([]bool, len(rs))
+			}
+			settled[i] = true
+		}
+	}
+	if settled == nil {
+		return rs, nil
+	}
+	keep := rs[:0]
+	var done []result
+	for i, r := range rs {
+		if !settled[i] {
+			keep = append(keep, r)
+			continue
+		}
+		done = append(done, r)
+		d.inflight--
+		d.inflightBytes -= r.c.size
+		if r.c.noIO {
+			d.noIOInflight--
+		}
+	}
+	d.claims.release(done)
+	d.unparkNoIO()
+	d.log.Warn("outcomes the store already holds after a reopen (a batch reported failed had reached the log); not written again", "rows", len(done))
+	return keep, nil
 }
 
 type rowRef struct {
