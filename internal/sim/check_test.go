@@ -487,7 +487,7 @@ func (w *world) recoverOnce() (map[string][]byte, error) {
 	w.gen++
 	n := &node{gen: w.gen, log: lg, deadCh: make(chan struct{})}
 	n.in = &simIntake{Log: lg, w: w, n: n}
-	st, err := store.Open(store.Options{Dir: storeDir, FS: vfs.FS(w.disk), Logger: discard})
+	st, err := store.Open(store.Options{Dir: storeDir, FS: vfs.FS(w.disk), MemTableSize: w.cfg.memtable, Logger: discard})
 	if err != nil {
 		return nil, err
 	}

@@ -107,7 +107,7 @@ func (w *world) run() {
 		w.violate("5", "log dir: %v", err)
 		return
 	}
-	w.tracef("schedule seed=%d dual=%v backups=%v release=%d", w.seed, w.cfg.dual, w.cfg.backups, w.cfg.release)
+	w.tracef("schedule seed=%d dual=%v backups=%v release=%d memtable=%d", w.seed, w.cfg.dual, w.cfg.backups, w.cfg.release, w.cfg.memtable)
 	w.mustBoot()
 	if w.cfg.release > 0 {
 		go w.rel.run()
@@ -129,6 +129,7 @@ func (w *world) run() {
 		// scheduler.
 		time.Sleep(time.Duration(20+w.rng.IntN(300))*time.Millisecond + time.Duration(1+w.rng.IntN(999))*time.Microsecond)
 		synctest.Wait()
+		w.superviseExit()
 		x := w.rng.IntN(total)
 		kind := kinds[0]
 		for _, k := range kinds {
@@ -146,6 +147,8 @@ func (w *world) run() {
 		}
 		w.event(kind)
 	}
+	synctest.Wait()
+	w.superviseExit()
 	w.heal()
 	w.settle()
 	if w.current() == nil {

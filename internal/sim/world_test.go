@@ -103,6 +103,13 @@ type schedCfg struct {
 	// job's ticks. Drawn from a stream of its own, it is not in weights:
 	// its events run on the releaser's goroutine, not the main loop.
 	release int
+	// memtable is the store's MemTableSize (0: the store's default), drawn
+	// from a stream of its own so that no other draw moved. Why smaller
+	// ones: a schedule writes a few hundred small hooks, so with the
+	// default Pebble rarely switched logs by itself and never recycled
+	// one; the switch (F1) and the recycled log are where a WAL fault
+	// bites hardest.
+	memtable uint64
 }
 
 // world is one schedule: the disk, the log, the node that runs on them,
@@ -200,6 +207,7 @@ func newWorld(seed uint64, tmp string, exclude map[string]bool) *world {
 		w.cfg.release = 0
 	}
 	w.holdRng = rand.New(rand.NewPCG(rr.Uint64(), 1))
+	w.cfg.memtable = []uint64{0, 256 << 10, 64 << 10}[rand.New(rand.NewPCG(seed, 0x3e3)).IntN(3)]
 	w.rel = newReleaser(w, rr.Uint64(), w.cfg.release)
 	return w
 }
@@ -337,7 +345,8 @@ func (w *world) boot() error {
 	if _, err := w.disk.Stat(w.disk.PathJoin(storeDir, backup.MarkerName)); err == nil {
 		restored = true
 	}
-	st, err := store.Open(store.Options{Dir: storeDir, FS: newFaultFS(w.disk, w.faults), Logger: discard})
+	st, err := store.Open(store.Options{Dir: storeDir, FS: newFaultFS(w.disk, w.faults),
+		MemTableSize: w.cfg.memtable, Logger: discard})
 	if err != nil {
 		_ = lg.Close()
 		return fmt.Errorf("open store: %w", err)
@@ -599,6 +608,27 @@ func (w *world) crash(kind string) {
 	w.kill(n)
 	w.disk = clone
 	time.Sleep(time.Duration(200+w.rng.IntN(2000)) * time.Millisecond)
+	w.mustBoot()
+}
+
+// superviseExit is the supervisor's restart of a node whose store could
+// not be reopened: the binary exits 75 (OnFatal, after maxReopenFailures
+// reopens failed in a row) and systemd restarts it after RestartSec
+// (deploy/systemd/ankusa.service: 2 s). A process exit keeps what the OS
+// buffered, as a kill -9 does. Without it such a node stayed fenced to the
+// end of the schedule (seed 193, once log creation faults could fail the
+// fence's reopens twenty times in a row). It draws nothing from w.rng:
+// when it happens is the real code's doing, not the schedule's.
+func (w *world) superviseExit() {
+	n := w.current()
+	if n == nil || !n.fatal.Load() {
+		return
+	}
+	clone := w.disk.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(w.seed, 75))})
+	w.tracef("exit 75 gen=%d: the store could not be reopened; the supervisor restarts the node in 2s", n.gen)
+	w.kill(n)
+	w.disk = clone
+	time.Sleep(2 * time.Second)
 	w.mustBoot()
 }
 
