@@ -92,14 +92,22 @@ func setup(t *testing.T, s sink.Sink, o dispatch.Options) *env {
 // app does on a dispatching node; without it every delivery reads its rows.
 func setupWith(t *testing.T, targets map[uint16]dispatch.Target, o dispatch.Options, hot bool) *env {
 	t.Helper()
+	return setupQueue(t, targets, o, queue.Options{}, hot)
+}
+
+// setupQueue is setupWith with the queue's options (OnDurable and
+// OnCommitted are set here) and, when o.Logger is set, the dispatcher's
+// own logger.
+func setupQueue(t *testing.T, targets map[uint16]dispatch.Target, o dispatch.Options, qo queue.Options, hot bool) *env {
+	t.Helper()
 	gate := testutil.NewWALSyncGate()
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
 	var d *dispatch.Dispatcher
-	qo := queue.Options{OnDurable: func() {
+	qo.OnDurable = func() {
 		if d != nil {
 			d.Wake()
 		}
-	}}
+	}
 	if hot {
 		qo.OnCommitted = func(cs []store.Committed) {
 			if d != nil {
@@ -111,7 +119,9 @@ func setupWith(t *testing.T, targets map[uint16]dispatch.Target, o dispatch.Opti
 	o.Targets = targets
 	o.Durable = q.Durable
 	o.OnReclaim = q.Reclaimed
-	o.Logger = testutil.Logger(t)
+	if o.Logger == nil {
+		o.Logger = testutil.Logger(t)
+	}
 	if o.Retry.Base == 0 {
 		o.Retry = dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5}
 	}

@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -72,18 +73,49 @@ func recordedRetry(t *testing.T, st *store.Store, seq uint64) {
 	}
 }
 
-// An attempt's outcome is not written over a hook that a store reopen
-// removed while the attempt ran. A batch the store reported failed may
-// still have reached the WAL ahead of the fault that failed it, and the
-// fence's reopen replays it; the dispatcher, which had kept the batch's
-// outcomes to record again, then wrote them over rows the replay had
-// already settled: a delivery row and an attempt row (and, for a retry, a
-// due row) of a hook that had no other row left, which no reclaim ever
-// removes (the simulator, rule 7: "rows hooks=0 deliveries=85", seed 400
-// with a 64 KiB memtable). The test makes that state without the race: a
-// reopen while the attempt runs, then the hook's rows removed as the
-// replayed batch removed them.
-func TestDispatch_AnOutcomeIsNotWrittenOverAHookAReopenRemoved(t *testing.T) {
+// deadAgain leaves hook seq's one delivery dead-lettered without an
+// attempt (its count still 0), as a reopen that lost the unsynced revive
+// of a row dead-lettered from due leaves it (DeadFromDue, then a DLQ
+// replay's Revive).
+func deadAgain(t *testing.T, st *store.Store, seq uint64) {
+	t.Helper()
+	dl, err := st.ReadDelivery(seq, 0)
+	if err != nil || dl == nil {
+		t.Fatalf("read delivery %d/0: %v (found: %v)", seq, err, dl != nil)
+	}
+	b := st.NewBatch()
+	defer b.Close()
+	n := 0
+	if err := st.ScanDue(0, func(at int64, s uint64, num uint16) bool {
+		if s == seq {
+			b.DeadFromDue(at, seq, num, dl, time.Now().UnixMilli(), "sink removed")
+			n++
+		}
+		return true
+	}); err != nil || n != 1 {
+		t.Fatalf("due rows of hook %d: %d (%v), want 1", seq, n, err)
+	}
+	if err := st.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An attempt's outcome is not written over a row that a store reopen
+// settled (R1, outcome.go). A batch the store reported failed may still
+// have reached the WAL ahead of the fault that failed it, and the fence's
+// reopen replays it; the dispatcher, which had kept the batch's outcomes
+// to record again, then wrote them over rows the replay had already
+// settled: a delivery row and an attempt row (and a due row for a retry, a
+// dead row for a dead letter) of a hook that had no other row left, which
+// no reclaim removes, or a second due row of a retry the batch had
+// recorded (the simulator, rule 7: "rows hooks=0 deliveries=85", seed 400
+// with a 64 KiB memtable). The test makes that state without the race:
+// the rows are settled as the replayed batch settled them, and the outcome
+// then meets a reopen, either while its attempt runs or after its first
+// write failed (kept, and recorded again once the store reopens: the path
+// the simulator found). The hot cache is off, so that the outcome's
+// reclaim reads the rows whether or not the loop has seen the reopen yet.
+func TestDispatch_AnOutcomeIsNotWrittenOverRowsAReopenSettled(t *testing.T) {
 	// settled: what the replayed batch left. rows: what must be left of
 	// each family once the outcome is recorded.
 	removed := func(t *testing.T, st *store.Store, seq uint64) { removeHook(t, st, seq) }
@@ -101,51 +133,90 @@ func TestDispatch_AnOutcomeIsNotWrittenOverAHookAReopenRemoved(t *testing.T) {
 		// in an hour: recorded again, the delivery had a second due row.
 		{"retry, already recorded", errors.New("503 busy"), recordedRetry,
 			map[byte]int{store.PrefixHook: 1, store.PrefixDelivery: 1, store.PrefixDue: 1}},
+		// The row is dead again with the claim's attempt count (0): a
+		// check of the count alone wrote the delivery over it and removed
+		// the hook, leaving its dead-letter row behind.
+		{"delivered, the row dead again", nil, deadAgain,
+			map[byte]int{store.PrefixHook: 1, store.PrefixDelivery: 1, store.PrefixDead: 1}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newScripted(tc.answer)
-			block := make(chan struct{})
-			s.block = block
-			e := setup(t, s, dispatch.Options{})
-			res := e.submit(t, "settled elsewhere", "")
-			testutil.Receive(t, s.entered, "the delivery never reached the sink")
+		for _, reopen := range []string{"while the attempt runs", "after the outcome's write failed"} {
+			t.Run(tc.name+", reopened "+reopen, func(t *testing.T) {
+				s := newScripted(tc.answer)
+				block := make(chan struct{})
+				s.block = block
+				rec := testutil.NewLogRecorder()
+				// Reopens retried 20 times 200 ms apart: the store stays
+				// without a generation for as long as the test fails its
+				// opens, well past the outcome's first write.
+				e := setupQueue(t, map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
+					dispatch.Options{Logger: slog.New(rec)}, queue.Options{FenceRetry: 200 * time.Millisecond}, false)
+				res := e.submit(t, "settled elsewhere", "")
+				testutil.Receive(t, s.entered, "the delivery never reached the sink")
 
-			gen := e.st.Generation()
-			e.gate.FailNext(1)
-			r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
-				Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
-			if _, err := e.q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
-				t.Fatalf("submit over a failing fsync: %v, want store_unavailable", err)
-			}
-			testutil.Eventually(t, 10*time.Second, "the store reopened and the fence lifted", func() bool {
-				return e.st.Generation() != gen && !e.q.Stats().Fenced
-			})
-			tc.settled(t, e.st, res.Seq)
-
-			s.mu.Lock()
-			s.block = nil
-			s.mu.Unlock()
-			close(block)
-			if m := s.next(t); m.Seq != res.Seq {
-				t.Fatalf("attempt for seq %d, want %d", m.Seq, res.Seq)
-			}
-			testutil.Eventually(t, 10*time.Second, "the outcome recorded", func() bool {
-				return e.d.Gauges().Inflight == 0
-			})
-			for _, f := range []struct {
-				name   string
-				prefix byte
-			}{
-				{"hook", store.PrefixHook}, {"delivery", store.PrefixDelivery}, {"due", store.PrefixDue},
-				{"dead", store.PrefixDead}, {"attempt", store.PrefixAttempt},
-			} {
-				if n, err := e.st.Count([]byte{f.prefix}); err != nil || n != uint64(tc.rows[f.prefix]) {
-					t.Errorf("%s rows after the outcome: %d (%v), want %d: the outcome was written over rows the reopen had settled", f.name, n, err, tc.rows[f.prefix])
+				release := func() {
+					s.mu.Lock()
+					s.block = nil
+					s.mu.Unlock()
+					close(block)
+					if m := s.next(t); m.Seq != res.Seq {
+						t.Fatalf("attempt for seq %d, want %d", m.Seq, res.Seq)
+					}
 				}
-			}
-			if g := e.d.Gauges(); g.Pending != int64(tc.rows[store.PrefixDue]) || g.Dead != 0 {
-				t.Errorf("gauges: pending %d dead %d, want %d and 0", g.Pending, g.Dead, tc.rows[store.PrefixDue])
-			}
-		})
+				gen := e.st.Generation()
+				failCommit := func() {
+					e.gate.FailNext(1)
+					r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
+						Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+					if _, err := e.q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
+						t.Fatalf("submit over a failing fsync: %v, want store_unavailable", err)
+					}
+				}
+				reopened := func() {
+					testutil.Eventually(t, 10*time.Second, "the store reopened and the fence lifted", func() bool {
+						return e.st.Generation() != gen && !e.q.Stats().Fenced
+					})
+				}
+				if reopen == "while the attempt runs" {
+					failCommit()
+					reopened()
+					tc.settled(t, e.st, res.Seq)
+					release()
+				} else {
+					tc.settled(t, e.st, res.Seq)
+					e.gate.FailOpens(true)
+					failCommit()
+					release()
+					testutil.Eventually(t, 10*time.Second, "the outcome's first write failed", func() bool {
+						return len(rec.Matching("recording delivery outcomes failed")) > 0
+					})
+					e.gate.FailOpens(false)
+					reopened()
+				}
+				testutil.Eventually(t, 10*time.Second, "the outcome recorded", func() bool {
+					return e.d.Gauges().Inflight == 0
+				})
+				for _, f := range []struct {
+					name   string
+					prefix byte
+				}{
+					{"hook", store.PrefixHook}, {"delivery", store.PrefixDelivery}, {"due", store.PrefixDue},
+					{"dead", store.PrefixDead}, {"attempt", store.PrefixAttempt},
+				} {
+					if n, err := e.st.Count([]byte{f.prefix}); err != nil || n != uint64(tc.rows[f.prefix]) {
+						t.Errorf("%s rows after the outcome: %d (%v), want %d: the outcome was written over rows the reopen had settled", f.name, n, err, tc.rows[f.prefix])
+					}
+				}
+				// (The dead gauge is not checked: the test's own dead row may
+				// come after the dispatcher recounted them at the reopen.)
+				if g := e.d.Gauges(); g.Pending != int64(tc.rows[store.PrefixDue]) {
+					t.Errorf("pending gauge %d, want %d", g.Pending, tc.rows[store.PrefixDue])
+				}
+				if t.Failed() {
+					for _, l := range rec.Matching() {
+						t.Log(l)
+					}
+				}
+			})
+		}
 	}
 }

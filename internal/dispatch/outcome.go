@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -51,8 +52,27 @@ func (p RetryPolicy) Delay(attempt int, jitter float64, retryAfter time.Duration
 // whose every delivery is now done, in ONE batch: a crash between two
 // writes would leave a fully delivered hook that nothing ever removes.
 func (d *Dispatcher) record(rs []result) {
-	gen := d.st.Generation()
-	rs, err := d.dropSettled(rs, gen)
+	now := d.o.Now()
+	nowMs := now.UnixMilli()
+	b := d.st.NewBatch()
+	defer b.Close()
+	// The batch's generation, not one read before the batch was made: a
+	// reopen in between would make the batch the new generation's while
+	// gen still named the old, and R1 would not read back what it must.
+	if err := b.Err(); err != nil {
+		// No generation open: nothing can be read back or written.
+		d.log.Error("recording delivery outcomes failed; retrying", "rows", len(rs), "err", err)
+		d.unrecorded = append(d.unrecorded, rs...)
+		return
+	}
+	gen := b.Generation()
+	if gen != d.gen {
+		// A reopen the loop has not seen yet: what it counted and cached
+		// from the old generation goes first (resync), so that reclaim
+		// below does not trust a hot entry of it (H1).
+		d.resync(gen)
+	}
+	rs, err := d.dropSettled(rs, gen, now)
 	if err != nil {
 		// Nothing was counted off for rs yet: kept as they are, for the
 		// next turn.
@@ -63,10 +83,6 @@ func (d *Dispatcher) record(rs []result) {
 	if len(rs) == 0 {
 		return
 	}
-	now := d.o.Now()
-	nowMs := now.UnixMilli()
-	b := d.st.NewBatch()
-	defer b.Close()
 	sc := &d.scratch
 	defer sc.reset()
 	outs := sc.outs[:0]
@@ -105,10 +121,8 @@ func (d *Dispatcher) record(rs []result) {
 		}
 		dl := c.delivery
 		dl.Attempts++
-		br := d.breaker(c.num)
+		permanent, retryAfter := d.judge(&r, now)
 		if r.err == nil {
-			br.success()
-			d.unpark(c.num)
 			// NextAtMs of a finished row is when it finished (history.go
 			// invariant 1). Written after reclaim, with its attempt row,
 			// unless the hook goes in this batch: then the row is deleted
@@ -119,15 +133,6 @@ func (d *Dispatcher) record(rs []result) {
 			done[rowRef{c.seq, c.num}] = &delivered[len(delivered)-1].c.delivery
 			outs = append(outs, outcome{dl.SinkID, "delivered", r.dur})
 			continue
-		}
-		permanent, retryAfter := sink.Classify(r.err)
-		if permanent {
-			// The target answered and refused this hook: it is up, so its
-			// breaker stays closed for the others.
-			br.success()
-			d.unpark(c.num)
-		} else if br.failure(now, d.o.BreakerFailures, d.o.BreakerCooldown) {
-			d.log.Warn("sink breaker open: parking its rows", "sink", dl.SinkID, "for", d.o.BreakerCooldown, "err", r.err)
 		}
 		dl.LastError = truncate(r.err.Error(), maxErrorLen)
 		if permanent || int(dl.Attempts) >= d.o.Retry.MaxAttempts {
@@ -215,9 +220,30 @@ func (d *Dispatcher) record(rs []result) {
 	}
 }
 
-// dropSettled takes out of rs the outcomes the store already holds, or
-// whose hook it no longer holds, ending their claims; it keeps this
-// invariant:
+// judge tells the sink's breaker how r's attempt went, and classifies a
+// failure: permanent (the target refused the hook) or not, with the
+// target's Retry-After.
+func (d *Dispatcher) judge(r *result, now time.Time) (permanent bool, retryAfter time.Duration) {
+	br := d.breaker(r.c.num)
+	if r.err == nil {
+		br.success()
+		d.unpark(r.c.num)
+		return false, 0
+	}
+	permanent, retryAfter = sink.Classify(r.err)
+	if permanent {
+		// The target answered and refused this hook: it is up, so its
+		// breaker stays closed for the others.
+		br.success()
+		d.unpark(r.c.num)
+	} else if br.failure(now, d.o.BreakerFailures, d.o.BreakerCooldown) {
+		d.log.Warn("sink breaker open: parking its rows", "sink", r.c.delivery.SinkID, "for", d.o.BreakerCooldown, "err", r.err)
+	}
+	return permanent, retryAfter
+}
+
+// dropSettled takes out of rs the results whose row is no longer the one
+// their attempt claimed, and ends their claims; it keeps this invariant:
 //
 // R1. An outcome is written only over the row its attempt claimed. A
 // batch the store reported failed may still have reached the WAL ahead of
@@ -228,27 +254,42 @@ func (d *Dispatcher) record(rs []result) {
 // made a delivery row and an attempt row (for a retry a due row, for a
 // dead letter a dead row) of a hook that had no other row left, which no
 // reclaim removes, or a second due row of one delivery (the simulator,
-// rule 7, seed 400). A failed batch fails its generation, so its results
-// are recorded again on a later one: only results claimed from a
-// generation a reopen replaced are read back, one Get each. The row is
-// settled when it is gone or its attempt count moved past the claim's (no
-// other attempt of it runs meanwhile: the claim holds it, K1).
-func (d *Dispatcher) dropSettled(rs []result, gen uint64) ([]result, error) {
+// rule 7, seed 400). The reverse comes with it: a reopen can drop an
+// unsynced write a claim read (a retry's new row), and the row is then
+// back as it was. A failed batch fails its generation, so its results are
+// recorded again on a later one: only results claimed from a generation a
+// reopen replaced are read back, one Get each. Their row is as claimed
+// only if its state, attempts, due time and replay tag are the claim's;
+// otherwise the outcome is not written: the row is gone, settled, or due
+// again to be claimed afresh (no other attempt of it ran meanwhile: the
+// claim held it, K1). The attempt did happen, so its sink's breaker hears
+// of it (judge), and a row due again is noted for the scan (K2).
+func (d *Dispatcher) dropSettled(rs []result, gen uint64, now time.Time) ([]result, error) {
 	var settled []bool
+	var due []int64
 	for i := range rs {
 		c := &rs[i].c
 		if c.gen == gen || isCancel(rs[i].err) {
 			continue
 		}
 		cur, err := d.st.ReadDelivery(c.seq, c.num)
+		if errors.Is(err, store.ErrCorrupt) {
+			// Not settled by a replay; written over, as before R1 (a claim
+			// treats a corrupt row the same way), rather than held forever.
+			continue
+		}
 		if err != nil {
 			return rs, err
 		}
-		if cur == nil || cur.Attempts != c.delivery.Attempts {
-			if settled == nil {
-				settled = make([]bool, len(rs))
-			}
-			settled[i] = true
+		if cur != nil && sameRow(cur, &c.delivery) {
+			continue
+		}
+		if settled == nil {
+			settled = make([]bool, len(rs))
+		}
+		settled[i] = true
+		if cur != nil && cur.State == store.StateDue {
+			due = append(due, cur.NextAtMs)
 		}
 	}
 	if settled == nil {
@@ -256,7 +297,8 @@ func (d *Dispatcher) dropSettled(rs []result, gen uint64) ([]result, error) {
 	}
 	keep := rs[:0]
 	var done []result
-	for i, r := range rs {
+	for i := range rs {
+		r := rs[i]
 		if !settled[i] {
 			keep = append(keep, r)
 			continue
@@ -267,11 +309,22 @@ func (d *Dispatcher) dropSettled(rs []result, gen uint64) ([]result, error) {
 		if r.c.noIO {
 			d.noIOInflight--
 		}
+		d.judge(&r, now)
+		d.hot.forget(r.c.seq) // H1: resync dropped the generation's entries; this keeps it so
 	}
 	d.claims.release(done)
 	d.unparkNoIO()
-	d.log.Warn("outcomes the store already holds after a reopen (a batch reported failed had reached the log); not written again", "rows", len(done))
+	for _, at := range due {
+		d.noteDue(at) // K2
+	}
+	d.log.Warn("outcomes not written: their rows changed in a store reopen (a batch reported failed had reached the log, or an unsynced one had not)", "rows", len(done))
 	return keep, nil
+}
+
+// sameRow reports whether a delivery row is still the one a claim read.
+func sameRow(cur, claimed *store.Delivery) bool {
+	return cur.State == claimed.State && cur.Attempts == claimed.Attempts &&
+		cur.NextAtMs == claimed.NextAtMs && cur.ReplayID == claimed.ReplayID
 }
 
 type rowRef struct {

@@ -207,3 +207,7 @@ func (s *Store) TakeDueFloor() (atMs int64, ok bool) {
 // Err is the error every use of a dead batch returns (nil for a live one):
 // a caller can give up before building rows it could never apply.
 func (b *Batch) Err() error { return b.err }
+
+// Generation is the store generation b was made on, the only one it
+// applies to (0 for a batch made while none was open).
+func (b *Batch) Generation() uint64 { return b.gen }
