@@ -119,6 +119,7 @@ func tryStartNodeWith(t testing.TB, workDir, name string, cfg func(httpPort, adm
 
 	argv := append(append([]string(nil), wrap...), binPath, "serve", "--config", cfgPath)
 	cmd := exec.Command(argv[0], argv[1:]...)
+	testutil.DiesWithTest(cmd)
 	cmd.Dir = workDir
 	cmd.Env = childEnv()
 	cmd.Stdout, cmd.Stderr = logFile, logFile

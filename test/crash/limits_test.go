@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ankusa/ankusa/internal/testutil"
 )
 
 // limitsConfig is the hardening drills' config: one source, ingest only
@@ -377,6 +379,7 @@ func TestServe_StoreThatCannotOpenExits74(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(binPath, "serve", "--config", cfgPath)
+	testutil.DiesWithTest(cmd)
 	cmd.Env = childEnv()
 	out, _ := cmd.CombinedOutput()
 	if code := cmd.ProcessState.ExitCode(); code != 74 {

@@ -43,6 +43,7 @@ sources:
 	}
 	defer logFile.Close()
 	cmd := exec.Command(binPath, "serve", "--config", cfgPath)
+	testutil.DiesWithTest(cmd)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, childEnv(), logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

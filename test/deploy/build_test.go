@@ -281,6 +281,7 @@ sources:
 		}
 		defer logf.Close()
 		cmd := exec.Command(bin, "serve", "--config", good)
+		testutil.DiesWithTest(cmd)
 		cmd.Env = append(childEnv(), "ORDERS_SECRET="+secret, "NOTIFY_SOCKET="+sockPath, "ANKUSA_LOG_FORMAT=json")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ankusa/ankusa/internal/testutil"
 	"github.com/ankusa/ankusa/internal/testutil/services"
 )
 
@@ -32,6 +33,7 @@ func TestLoadgenCommands(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	consume := exec.Command(binPath, "loadgen", "consume", "--listen", addr, "--postgres", services.PostgresURL(), "--table", table)
+	testutil.DiesWithTest(consume)
 	var clog bytes.Buffer
 	consume.Stdout, consume.Stderr = &clog, &clog
 	if err := consume.Start(); err != nil {

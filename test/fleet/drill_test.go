@@ -31,6 +31,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/loadgen"
 	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/testutil"
 	"github.com/ankusa/ankusa/internal/testutil/natscluster"
 	"github.com/ankusa/ankusa/internal/testutil/services"
 )
@@ -195,6 +196,7 @@ func (d *drill) start(n *node) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(binPath, "serve", "--config", n.cfgPath)
+	testutil.DiesWithTest(cmd)
 	cmd.Stdout, cmd.Stderr = f, f
 	var env []string
 	for _, kv := range os.Environ() {

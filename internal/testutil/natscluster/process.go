@@ -117,6 +117,7 @@ func (c *Cluster) startProcs(wait time.Duration, which ...int) error {
 			return fmt.Errorf("server n%d: %w", i+1, err)
 		}
 		cmd := exec.Command(c.bin, "-c", c.confPath(i))
+		testutil.DiesWithTest(cmd)
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
 			_ = logf.Close() // the start error is the one to report

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package testutil
+
+import "os/exec"
+
+func diesWithParent(*exec.Cmd) {}
