@@ -588,7 +588,9 @@ func (d *Dispatcher) recoverInflight() error {
 // counters are counted again from the rows, and the hot cache, whose
 // entries may describe writes that are gone (H1), is dropped. The claims
 // stay: their attempts run, and their outcomes, recorded on g, know their
-// keys may be gone (record: Batch.DueUnsure). The queue's own counters are
+// keys may be gone (record: Batch.DueUnsure), and those recorded again
+// are checked against their rows first (R1). The replay jobs are the
+// stored ones again (reloadJobs). The queue's own counters are
 // recounted by its fence. A count that fails (the store is failing again)
 // is retried at the next turn.
 func (d *Dispatcher) resync(g uint64) {
@@ -605,6 +607,10 @@ func (d *Dispatcher) resync(g uint64) {
 			d.log.Warn("recount retained hooks after a store reopen", "err", err)
 			return
 		}
+	}
+	if err := d.reloadJobs(); err != nil {
+		d.log.Warn("reload replay jobs after a store reopen", "err", err)
+		return
 	}
 	d.deadGauge.Store(int64(n))
 	d.gen = g

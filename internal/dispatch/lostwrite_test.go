@@ -164,3 +164,86 @@ func TestDispatch_DeadLetteringLostToAFailedWALWriteIsNotCounted(t *testing.T) {
 		t.Fatalf("dead gauge %d, dead rows %d", g.Dead, dead)
 	}
 }
+
+// A DLQ replay step that a failed WAL write drops after Pebble reported it
+// applied must not end the job with the row still dead-lettered. The
+// step's cursor rides in the unsynced batch that revives the rows it
+// passed; the fence's reopen drops both, and the stored job is back at its
+// old cursor, but the dispatcher went on from the one it had kept: the
+// job reported done, the row moved, and the row stayed in the DLQ until a
+// restart reloaded the job. The job's clock is the test's, so the job
+// steps only when the test advances it.
+func TestReplay_AStepLostToAFailedWALWriteIsReplayedAgain(t *testing.T) {
+	faults := &walWriteFaults{}
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), errorfs.Wrap(vfs.Default, faults))
+	var d atomic.Pointer[dispatch.Dispatcher]
+	q := testutil.StartQueue(t, st, queue.Options{
+		FenceRetry: 10 * time.Millisecond,
+		OnDurable: func() {
+			if p := d.Load(); p != nil {
+				p.Wake()
+			}
+		},
+	})
+	// Ahead of the queue's clock, so every hook it commits is due at once.
+	var off atomic.Int64
+	base := time.Now().Add(10 * time.Second)
+	now := func() time.Time { return base.Add(time.Duration(off.Load())) }
+	s := newScripted(sink.Permanent(errors.New("410 gone")), nil) // dead-lettered, then taken
+	disp := dispatch.New(st, dispatch.Options{
+		Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
+		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: testutil.Logger(t), Now: now,
+		Poll:  10 * time.Millisecond,
+		Retry: dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5},
+	})
+	d.Store(disp)
+	if err := disp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(disp.Stop)
+	e := &env{st: st, q: q, d: disp}
+	e.submit(t, "dead then replayed", "")
+	testutil.Eventually(t, 10*time.Second, "the hook dead-lettered", func() bool {
+		return count(t, st, store.PrefixDead) == 1 && disp.Gauges().Dead == 1
+	})
+	job, err := disp.CreateJob(context.Background(), dispatch.JobSpec{Kind: "dlq", Rate: 1, MaxLagMs: 86_400_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SyncWAL(); err != nil {
+		t.Fatal(err)
+	}
+	// The step's batch is the next WAL write (the clock has not moved: no
+	// token yet), and it fails.
+	faults.on.Store(true)
+	off.Add(int64(time.Second))
+	disp.Wake()
+	testutil.Eventually(t, 10*time.Second, "the step applied (the row revived)", func() bool {
+		return count(t, st, store.PrefixDead) == 0
+	})
+	if err := st.SyncWAL(); err == nil || faults.failed.Load() == 0 {
+		t.Fatalf("sync over the failing WAL write: %v (writes failed: %d), want an error", err, faults.failed.Load())
+	}
+	faults.on.Store(false)
+	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
+		Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+	if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
+		t.Fatalf("submit over the failed store: %v, want store_unavailable", err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the reopen brought the dead row back", func() bool {
+		return !q.Stats().Fenced && count(t, st, store.PrefixDead) == 1
+	})
+	// The job replays the row again: the hook is delivered and removed.
+	testutil.Eventually(t, 20*time.Second, "the row replayed again and the hook delivered", func() bool {
+		off.Add(int64(time.Second)) // a token per look
+		disp.Wake()
+		return count(t, st, store.PrefixDead) == 0 && count(t, st, store.PrefixHook) == 0
+	})
+	got, err := disp.GetJob(context.Background(), job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != dispatch.JobDone || got.Moved != 1 {
+		t.Fatalf("job %s moved %d, want done and 1", got.State, got.Moved)
+	}
+}

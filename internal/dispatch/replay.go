@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,13 +90,52 @@ type JobSpec struct {
 }
 
 func (d *Dispatcher) loadJobs() error {
-	return d.st.ScanJobs(func(v []byte) bool {
+	stored, err := d.storedJobs()
+	for id, j := range stored {
+		d.jobs[id] = &job{Job: j}
+	}
+	return err
+}
+
+// storedJobs reads every job row (a row that does not decode is skipped).
+func (d *Dispatcher) storedJobs() (map[string]Job, error) {
+	stored := map[string]Job{}
+	err := d.st.ScanJobs(func(v []byte) bool {
 		var j Job
 		if json.Unmarshal(v, &j) == nil {
-			d.jobs[j.ID] = &job{Job: j}
+			stored[j.ID] = j
 		}
 		return true
 	})
+	return stored, err
+}
+
+// reloadJobs makes the jobs the stored ones after a store reopen (resync).
+// A dlq or archive step writes its cursor in the unsynced batch that moves
+// the rows it passed, so a reopen can drop both while the job went on from
+// the cursor it kept: the rows it passed stayed dead-lettered (or
+// unrestored) and the job counted them moved, done, until a restart
+// reloaded it (TestReplay_AStepLostToAFailedWALWriteIsReplayedAgain). The
+// stored job is where its rows are. A job's pace (its tokens) is kept; an
+// archive job reads its segment again. A stored job not held (its synced
+// write reported failed, yet landed) runs, as it would after a restart.
+func (d *Dispatcher) reloadJobs() error {
+	stored, err := d.storedJobs()
+	if err != nil {
+		return err
+	}
+	for id, sj := range stored {
+		j, ok := d.jobs[id]
+		if !ok {
+			d.jobs[id] = &job{Job: sj, last: d.o.Now()}
+			continue
+		}
+		if !bytes.Equal(j.Cursor, sj.Cursor) {
+			j.seg = nil
+		}
+		j.Job = sj
+	}
+	return nil
 }
 
 // CreateJob validates spec and starts a job.
