@@ -349,8 +349,11 @@ func New(cfg *config.Config, o Options) (_ *Instance, err error) {
 		Release:   release,
 		Durable:   q.Durable,
 		OnReclaim: q.Reclaimed,
-		Observer:  in.metrics,
-		Logger:    o.Logger,
+		// A failed write of the dispatcher's fences the queue, which
+		// reopens the store (dispatch.Dispatcher.apply).
+		OnStoreFailure: q.ReportStoreFailure,
+		Observer:       in.metrics,
+		Logger:         o.Logger,
 	})
 	in.disp = disp
 	in.metrics.WatchDispatch(disp.Gauges)

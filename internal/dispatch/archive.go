@@ -279,7 +279,7 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 	upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)
 	// The cursor rides in the batch that writes the hooks it passed.
 	d.putJob(b, &upd)
-	if err := d.st.Apply(b); err != nil {
+	if err := d.apply(b, false); err != nil {
 		d.log.Warn("archive replay step failed", "job", j.ID, "err", err)
 		return
 	}

@@ -68,7 +68,7 @@ func (d *Dispatcher) deadLetterDue(nums map[uint16]bool, reason string) (int, er
 		b.DeadFromDue(r.at, r.seq, r.num, dl, nowMs, reason)
 		moved++
 	}
-	if err := d.st.ApplySync(b); err != nil {
+	if err := d.apply(b, true); err != nil {
 		return 0, fmt.Errorf("dead-letter %d deliveries: %w", moved, err)
 	}
 	d.deadGauge.Add(int64(moved))

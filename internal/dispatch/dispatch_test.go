@@ -119,6 +119,7 @@ func setupQueue(t *testing.T, targets map[uint16]dispatch.Target, o dispatch.Opt
 	o.Targets = targets
 	o.Durable = q.Durable
 	o.OnReclaim = q.Reclaimed
+	o.OnStoreFailure = q.ReportStoreFailure // as the app wires it
 	if o.Logger == nil {
 		o.Logger = testutil.Logger(t)
 	}

@@ -13,6 +13,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -59,6 +60,10 @@ type Options struct {
 	// OnReclaim tells the queue's counters how many hooks and delivery rows
 	// were removed.
 	OnReclaim func(hooks, deliveries int)
+	// OnStoreFailure, if set, is told when a write of the dispatcher's
+	// failed because the store's generation failed (Dispatcher.apply): the
+	// app fences the queue with it, which reopens the store.
+	OnStoreFailure func(error)
 	// Release, when set, serves replay jobs of kind "quarantine": it
 	// re-verifies up to n held hooks after cursor (of job.SourceID, if set)
 	// and commits those that pass under their original ids.
@@ -570,11 +575,34 @@ func (d *Dispatcher) recoverInflight() error {
 		}
 		b.Reclaim(r.seq, r.num, dl, nowMs)
 	}
-	if err := d.st.ApplySync(b); err != nil {
+	if err := d.apply(b, true); err != nil {
 		return fmt.Errorf("return %d inflight rows to due: %w", len(rows), err)
 	}
 	d.log.Info("returned inflight deliveries to due", "rows", len(rows))
 	return nil
+}
+
+// apply applies b (synced when sync). A failure that failed the store's
+// generation is reported (Options.OnStoreFailure), so that the queue
+// fences and reopens the store: F1 (store) makes a WAL fault the
+// generation's fatal error, which only a reopen clears, and before this
+// only the commit path, the pen and the readiness probe reported one. A
+// quiet node whose only writer was the dispatcher kept the failed
+// generation, its outcomes unrecorded and their claims held, until the
+// next hook came (simulator, rule 7, seed 300819). A batch refused as of
+// an older generation, or by a closed store, fences nothing.
+func (d *Dispatcher) apply(b *store.Batch, sync bool) error {
+	apply := d.st.Apply
+	if sync {
+		apply = d.st.ApplySync
+	}
+	err := apply(b)
+	if err != nil && d.o.OnStoreFailure != nil {
+		if f := d.st.Failed(); f != nil && !errors.Is(f, store.ErrClosed) {
+			d.o.OnStoreFailure(f)
+		}
+	}
+	return err
 }
 
 // resync makes the loop's view of the rows that of store generation g,

@@ -165,7 +165,7 @@ func (d *Dispatcher) remove(vs []victim, recheck bool) error {
 	}
 	// Not synced: a sweep lost in a crash is done again by the next one
 	// (and, with an archive, the segment written again under its key).
-	if err := d.st.Apply(b); err != nil {
+	if err := d.apply(b, false); err != nil {
 		return err
 	}
 	d.retainedHooks.Add(-int64(hooks))
@@ -315,7 +315,7 @@ func (d *Dispatcher) resend(id [16]byte, sinkID string) (ResendResult, error) {
 		res.Sinks = append(res.Sinks, dl.SinkID)
 	}
 	// Synced: the operator was told the resend is queued.
-	if err := d.st.ApplySync(b); err != nil {
+	if err := d.apply(b, true); err != nil {
 		return ResendResult{}, err
 	}
 	if wasRetained {

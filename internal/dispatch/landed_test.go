@@ -220,3 +220,42 @@ func TestDispatch_AnOutcomeIsNotWrittenOverRowsAReopenSettled(t *testing.T) {
 		}
 	}
 }
+
+// A write of the dispatcher's that fails because the store's generation
+// failed fences the queue, which reopens the store, with no hook coming
+// in (Dispatcher.apply). Before, only the commit path, the pen and the
+// readiness probe reported a failed generation: on a quiet node the
+// dispatcher's outcomes stayed unrecorded, their claims held and the hook
+// undelivered as far as the store knew, until the next hook (the
+// simulator, rule 7, seed 300819: "pending gauge 0 + inflight 40").
+func TestDispatch_AFailedWriteOfTheDispatchersReopensTheStore(t *testing.T) {
+	s := newScripted()
+	block := make(chan struct{})
+	s.block = block
+	e := setup(t, s, dispatch.Options{})
+	res := e.submit(t, "quiet node", "")
+	testutil.Receive(t, s.entered, "the delivery never reached the sink")
+	// The generation fails outside the queue and the dispatcher: a WAL
+	// fsync fails (a test's own, here), and no hook comes to fence it.
+	gen := e.st.Generation()
+	e.gate.FailNext(1)
+	if err := e.st.SyncWAL(); err == nil {
+		t.Fatal("a failed WAL fsync reported success")
+	}
+	if e.st.Failed() == nil {
+		t.Fatal("the store's generation did not fail")
+	}
+	s.mu.Lock()
+	s.block = nil
+	s.mu.Unlock()
+	close(block)
+	if m := s.next(t); m.Seq != res.Seq {
+		t.Fatalf("attempt for seq %d, want %d", m.Seq, res.Seq)
+	}
+	testutil.Eventually(t, 10*time.Second, "the store reopened and the outcome recorded: the hook removed", func() bool {
+		return e.st.Generation() != gen && e.d.Gauges().Inflight == 0 && count(t, e.st, store.PrefixHook) == 0
+	})
+	if st := e.q.Stats(); st.Fences != 1 || st.Hooks != 0 {
+		t.Fatalf("queue after the fence: fences %d hooks %d, want 1 and 0", st.Fences, st.Hooks)
+	}
+}

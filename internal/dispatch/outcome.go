@@ -172,7 +172,7 @@ func (d *Dispatcher) record(rs []result) {
 		b.Delivered(r.c.at, r.c.seq, r.c.num, &r.c.delivery, nowMs)
 		d.logAttempt(b, r.c, &r.c.delivery, "delivered", r, nowMs)
 	}
-	if err := d.st.Apply(b); err != nil {
+	if err := d.apply(b, false); err != nil {
 		// The rows stay due in the store, their claims held, and the
 		// attempts are kept, to be recorded again at the next loop turn
 		// (the claims keep the scan off them meanwhile, K1).
@@ -544,7 +544,7 @@ func (d *Dispatcher) sweepDelivered() error {
 	if hooks == 0 {
 		return nil
 	}
-	if err := d.st.ApplySync(b); err != nil {
+	if err := d.apply(b, true); err != nil {
 		return fmt.Errorf("sweep %d delivered hooks: %w", hooks, err)
 	}
 	d.log.Info("removed fully delivered hooks left by a crash", "hooks", hooks)

@@ -199,7 +199,7 @@ func (d *Dispatcher) CreateJob(ctx context.Context, spec JobSpec) (Job, error) {
 		b := d.st.NewBatch()
 		defer b.Close()
 		d.putJob(b, &j.Job)
-		if err = d.st.ApplySync(b); err != nil {
+		if err = d.apply(b, true); err != nil {
 			return
 		}
 		d.jobs[j.ID] = j
@@ -284,7 +284,7 @@ func (d *Dispatcher) saveJob(upd *Job, now time.Time) error {
 	b := d.st.NewBatch()
 	defer b.Close()
 	d.putJob(b, upd)
-	return d.st.ApplySync(b)
+	return d.apply(b, true)
 }
 
 func sortJobs(js []Job) {
@@ -424,7 +424,7 @@ func (d *Dispatcher) stepDLQ(j *job, n int, now time.Time) {
 	upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)
 	// The cursor rides in the batch that moves the rows it passed.
 	d.putJob(b, &upd)
-	if err := d.st.Apply(b); err != nil {
+	if err := d.apply(b, false); err != nil {
 		d.log.Warn("replay step failed", "job", j.ID, "err", err)
 		return
 	}

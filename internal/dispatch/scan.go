@@ -369,7 +369,7 @@ func (d *Dispatcher) claim(p *pass, picked []candidate) []claimed {
 		}
 	}
 	if drop != nil {
-		if err := d.st.Apply(drop); err != nil {
+		if err := d.apply(drop, false); err != nil {
 			d.log.Warn("drop stray due rows", "err", err)
 		}
 	}

@@ -233,9 +233,15 @@ func (w *world) key(scope string) *keyInfo {
 // answer: rule 2 (a duplicate names a hook confirmed where it must be),
 // rule 3 (one hook id per dedupe key) and rule 6 (seq → id never changes).
 func (w *world) onAck(r request, att int, res queue.Result, n *node) {
-	// Local durability of the named hook, read before taking w.mu.
-	durable := false
-	if v, err := n.st.Get(store.HookIDKey(res.ID)); err == nil && v != nil {
+	// Local durability of the named hook, read before taking w.mu. A
+	// store that cannot be read at this instant (a fence's reopen in
+	// progress, or failed: its open's flush met a failing fsync, F2) says
+	// nothing either way: rule 8 checks the named hook, an ack like any
+	// other, at the next checkpoint and after every crash.
+	durable, readable := false, true
+	if v, err := n.st.Get(store.HookIDKey(res.ID)); err != nil {
+		readable = false
+	} else if v != nil {
 		if seq, ok := store.ParseU64(v); ok && seq <= n.q.Durable() {
 			durable = true
 		}
@@ -261,7 +267,7 @@ func (w *world) onAck(r request, att int, res queue.Result, n *node) {
 	}
 	if res.Duplicate {
 		delivered := w.fullyDeliveredLocked(res.ID, a.source)
-		if !durable && !delivered {
+		if readable && !durable && !delivered {
 			w.violateLocked("2", "req %d got a 201 duplicate naming a hook (of req %d) that is not durable in the store", r.n, a.req)
 		}
 		// A hook every sink already has is past the promise: a crash

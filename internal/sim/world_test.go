@@ -435,7 +435,7 @@ func (w *world) boot() error {
 		Concurrency: 4, AttemptTimeout: time.Second, Poll: 500 * time.Millisecond,
 		BreakerFailures: 3, BreakerCooldown: 2 * time.Second,
 		Retry:   dispatch.RetryPolicy{Base: 100 * time.Millisecond, Max: 2 * time.Second, MaxAttempts: 10_000},
-		Targets: targets, Durable: q.Durable, OnReclaim: q.Reclaimed,
+		Targets: targets, Durable: q.Durable, OnReclaim: q.Reclaimed, OnStoreFailure: q.ReportStoreFailure,
 		Logger: discard, Jitter: func() float64 { return 0.75 },
 	})
 	if err := d.Start(); err != nil {
