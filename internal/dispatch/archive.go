@@ -233,7 +233,10 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 		j.seg = &seg
 	}
 	nowMs := now.UnixMilli()
-	b := d.st.NewBatch()
+	b := d.jobBatch()
+	if b == nil {
+		return // J1: the store was reopened while the segment was read
+	}
 	defer b.Close()
 	moved, skipped, deliveries, used := 0, 0, 0, 0
 	seen := map[[16]byte]bool{}

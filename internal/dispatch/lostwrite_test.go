@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -165,35 +166,39 @@ func TestDispatch_DeadLetteringLostToAFailedWALWriteIsNotCounted(t *testing.T) {
 	}
 }
 
-// A DLQ replay step that a failed WAL write drops after Pebble reported it
-// applied must not end the job with the row still dead-lettered. The
-// step's cursor rides in the unsynced batch that revives the rows it
-// passed; the fence's reopen drops both, and the stored job is back at its
-// old cursor, but the dispatcher went on from the one it had kept: the
-// job reported done, the row moved, and the row stayed in the DLQ until a
-// restart reloaded the job. The job's clock is the test's, so the job
-// steps only when the test advances it.
-func TestReplay_AStepLostToAFailedWALWriteIsReplayedAgain(t *testing.T) {
+// replayWorld is a store whose WAL writes fail while faults is on, a
+// queue, and a dispatcher over s whose clock is the test's (off moves it):
+// a replay job gains tokens only when the test advances it. wake: the
+// queue wakes the dispatcher when hooks become durable; poll: its idle
+// wait.
+type replayWorld struct {
+	*env
+	faults *walWriteFaults
+	off    *atomic.Int64
+}
+
+func newReplayWorld(t *testing.T, s sink.Sink, wake bool, poll time.Duration) *replayWorld {
+	t.Helper()
 	faults := &walWriteFaults{}
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), errorfs.Wrap(vfs.Default, faults))
 	var d atomic.Pointer[dispatch.Dispatcher]
-	q := testutil.StartQueue(t, st, queue.Options{
-		FenceRetry: 10 * time.Millisecond,
-		OnDurable: func() {
+	qo := queue.Options{FenceRetry: 10 * time.Millisecond}
+	if wake {
+		qo.OnDurable = func() {
 			if p := d.Load(); p != nil {
 				p.Wake()
 			}
-		},
-	})
+		}
+	}
+	q := testutil.StartQueue(t, st, qo)
 	// Ahead of the queue's clock, so every hook it commits is due at once.
-	var off atomic.Int64
+	off := &atomic.Int64{}
 	base := time.Now().Add(10 * time.Second)
-	now := func() time.Time { return base.Add(time.Duration(off.Load())) }
-	s := newScripted(sink.Permanent(errors.New("410 gone")), nil) // dead-lettered, then taken
 	disp := dispatch.New(st, dispatch.Options{
 		Targets: map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
-		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: testutil.Logger(t), Now: now,
-		Poll:  10 * time.Millisecond,
+		Durable: q.Durable, OnReclaim: q.Reclaimed, Logger: testutil.Logger(t),
+		Now:   func() time.Time { return base.Add(time.Duration(off.Load())) },
+		Poll:  poll,
 		Retry: dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5},
 	})
 	d.Store(disp)
@@ -201,49 +206,126 @@ func TestReplay_AStepLostToAFailedWALWriteIsReplayedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(disp.Stop)
-	e := &env{st: st, q: q, d: disp}
-	e.submit(t, "dead then replayed", "")
-	testutil.Eventually(t, 10*time.Second, "the hook dead-lettered", func() bool {
-		return count(t, st, store.PrefixDead) == 1 && disp.Gauges().Dead == 1
+	return &replayWorld{env: &env{st: st, q: q, d: disp}, faults: faults, off: off}
+}
+
+// deadLettered submits n hooks and waits until each is dead-lettered (the
+// sink refuses them) and the WAL synced, then starts a dlq job at one row
+// a second of the test's clock.
+func (w *replayWorld) deadLettered(t *testing.T, n int) dispatch.Job {
+	t.Helper()
+	for i := range n {
+		w.submit(t, fmt.Sprintf("dead then replayed %d", i), "")
+	}
+	testutil.Eventually(t, 10*time.Second, "the hooks dead-lettered", func() bool {
+		w.d.Wake()
+		return count(t, w.st, store.PrefixDead) == uint64(n) && w.d.Gauges().Dead == int64(n)
 	})
-	job, err := disp.CreateJob(context.Background(), dispatch.JobSpec{Kind: "dlq", Rate: 1, MaxLagMs: 86_400_000})
+	job, err := w.d.CreateJob(context.Background(), dispatch.JobSpec{Kind: "dlq", Rate: 1, MaxLagMs: 86_400_000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.SyncWAL(); err != nil {
+	if err := w.st.SyncWAL(); err != nil {
 		t.Fatal(err)
 	}
-	// The step's batch is the next WAL write (the clock has not moved: no
-	// token yet), and it fails.
-	faults.on.Store(true)
-	off.Add(int64(time.Second))
-	disp.Wake()
-	testutil.Eventually(t, 10*time.Second, "the step applied (the row revived)", func() bool {
-		return count(t, st, store.PrefixDead) == 0
+	return job
+}
+
+// loseStep fails the WAL write of the job's next step (one row), and
+// waits until Pebble reported it applied (dead rows left: deadAfter).
+func (w *replayWorld) loseStep(t *testing.T, deadAfter uint64) {
+	t.Helper()
+	w.faults.on.Store(true)
+	w.off.Add(int64(time.Second)) // one token: the next job tick steps
+	testutil.Eventually(t, 10*time.Second, "the step applied (a row revived)", func() bool {
+		return count(t, w.st, store.PrefixDead) == deadAfter
 	})
-	if err := st.SyncWAL(); err == nil || faults.failed.Load() == 0 {
-		t.Fatalf("sync over the failing WAL write: %v (writes failed: %d), want an error", err, faults.failed.Load())
+	if err := w.st.SyncWAL(); err == nil || w.faults.failed.Load() == 0 {
+		t.Fatalf("sync over the failing WAL write: %v (writes failed: %d), want an error", err, w.faults.failed.Load())
 	}
-	faults.on.Store(false)
+	w.faults.on.Store(false)
+}
+
+// fence makes the next commit fence the queue, whose reopen drops what
+// the WAL lost.
+func (w *replayWorld) fence(t *testing.T) {
+	t.Helper()
 	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
 		Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
-	if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
+	if _, err := w.q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
 		t.Fatalf("submit over the failed store: %v, want store_unavailable", err)
 	}
-	testutil.Eventually(t, 10*time.Second, "the reopen brought the dead row back", func() bool {
-		return !q.Stats().Fenced && count(t, st, store.PrefixDead) == 1
+}
+
+// replayedAll advances the clock a second per look until the DLQ is empty
+// and every hook delivered, then checks the job: done, moved rows moved.
+func (w *replayWorld) replayedAll(t *testing.T, job dispatch.Job, moved int64) {
+	t.Helper()
+	testutil.Eventually(t, 20*time.Second, "every row replayed and every hook delivered", func() bool {
+		w.off.Add(int64(time.Second)) // a token per look
+		w.d.Wake()
+		return count(t, w.st, store.PrefixDead) == 0 && count(t, w.st, store.PrefixHook) == 0
 	})
-	// The job replays the row again: the hook is delivered and removed.
-	testutil.Eventually(t, 20*time.Second, "the row replayed again and the hook delivered", func() bool {
-		off.Add(int64(time.Second)) // a token per look
-		disp.Wake()
-		return count(t, st, store.PrefixDead) == 0 && count(t, st, store.PrefixHook) == 0
-	})
-	got, err := disp.GetJob(context.Background(), job.ID)
+	got, err := w.d.GetJob(context.Background(), job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != dispatch.JobDone || got.Moved != 1 {
-		t.Fatalf("job %s moved %d, want done and 1", got.State, got.Moved)
+	if got.State != dispatch.JobDone || got.Moved != moved {
+		t.Fatalf("job %s moved %d, want done and %d", got.State, got.Moved, moved)
 	}
+}
+
+// A DLQ replay step that a failed WAL write drops after Pebble reported it
+// applied must not end the job with the row still dead-lettered. The
+// step's cursor rides in the unsynced batch that revives the rows it
+// passed; the fence's reopen drops both, and the stored job is back at its
+// old cursor, but the dispatcher went on from the one it had kept: the
+// job reported done, the row moved, and the row stayed in the DLQ until a
+// restart reloaded the job (resync now reloads them).
+func TestReplay_AStepLostToAFailedWALWriteIsReplayedAgain(t *testing.T) {
+	w := newReplayWorld(t, newScripted(sink.Permanent(errors.New("410 gone")), nil), true, 10*time.Millisecond)
+	job := w.deadLettered(t, 1)
+	w.loseStep(t, 0)
+	w.fence(t)
+	testutil.Eventually(t, 10*time.Second, "the reopen brought the dead row back", func() bool {
+		return !w.q.Stats().Fenced && count(t, w.st, store.PrefixDead) == 1
+	})
+	w.replayedAll(t, job, 1)
+}
+
+// J1 (replay.go): the first job tick after a reopen must step from the
+// stored job, not the one the loop held. The job has two rows; its first
+// step is lost, so it is still running; the token for its next step is
+// already there when the store reopens, and nothing but the job tick
+// wakes the loop (no wake from the queue, an hour's poll, the revived
+// row's delivery held in the sink). Stepping from the held cursor moved
+// the second row, wrote a cursor past both and ended the job: the first
+// row stayed dead-lettered for good.
+func TestReplay_TheFirstTickAfterAReopenStepsFromTheStoredJob(t *testing.T) {
+	s := newScripted(sink.Permanent(errors.New("410 gone")), sink.Permanent(errors.New("410 gone")))
+	w := newReplayWorld(t, s, false, time.Hour)
+	job := w.deadLettered(t, 2)
+	block := make(chan struct{})
+	s.mu.Lock()
+	s.block = block
+	s.mu.Unlock()
+	w.loseStep(t, 1)
+	testutil.Receive(t, s.entered, "the revived row's delivery never reached the sink")
+	// The next step's token, while the generation is failed: every tick
+	// until the reopen fails to step and keeps it.
+	w.off.Add(int64(time.Second))
+	w.fence(t)
+	testutil.Eventually(t, 10*time.Second, "the reopen brought the first row back", func() bool {
+		return !w.q.Stats().Fenced && count(t, w.st, store.PrefixDead) == 2
+	})
+	// The first job tick steps on its own (nothing here wakes the loop,
+	// which would resync it first): it moves one row.
+	testutil.Eventually(t, 10*time.Second, "the first job tick after the reopen stepped", func() bool {
+		return count(t, w.st, store.PrefixDead) == 1
+	})
+	s.mu.Lock()
+	s.block = nil
+	s.mu.Unlock()
+	close(block)
+	w.replayedAll(t, job, 2)
 }

@@ -138,6 +138,41 @@ func (d *Dispatcher) reloadJobs() error {
 	return nil
 }
 
+// errStaleJobs refuses a job write made while the loop's jobs are not the
+// store generation's (J1): the store is being reopened.
+var errStaleJobs = fmt.Errorf("%w: replay jobs are being reloaded after a store reopen", store.ErrFailed)
+
+// jobsCurrent keeps this invariant, and reports whether the jobs may be
+// stepped or written:
+//
+// J1. A job is stepped or written only from the stored job of the store
+// generation its write goes to. A reopen can drop a step's unsynced batch
+// (its cursor rides in it), and the stored job is then behind the one the
+// loop holds; resync reloads the jobs, but the loop checks the generation
+// only at the top of a turn, and a job tick could come first after a
+// reopen: a step from the held cursor counted the dropped step's rows
+// moved and wrote a cursor past them, so they stayed dead-lettered for
+// good (found by a helper's review). So the jobs are resynced here first,
+// and every job write's batch is refused unless it is of d.gen (a reopen
+// after this check).
+func (d *Dispatcher) jobsCurrent() bool {
+	if g := d.st.Generation(); g != d.gen {
+		d.resync(g)
+	}
+	return d.gen == d.st.Generation()
+}
+
+// jobBatch is a batch for a job write, or nil when it would not go to the
+// generation the jobs were read from (J1).
+func (d *Dispatcher) jobBatch() *store.Batch {
+	b := d.st.NewBatch()
+	if b.Err() != nil || b.Generation() != d.gen {
+		_ = b.Close()
+		return nil
+	}
+	return b
+}
+
 // CreateJob validates spec and starts a job.
 func (d *Dispatcher) CreateJob(ctx context.Context, spec JobSpec) (Job, error) {
 	switch {
@@ -245,6 +280,10 @@ func (d *Dispatcher) SetJobState(ctx context.Context, id, state string) (Job, er
 	var out Job
 	var err error
 	derr := d.do(ctx, func() {
+		if !d.jobsCurrent() {
+			err = errStaleJobs
+			return
+		}
 		j, ok := d.jobs[id]
 		if !ok {
 			err = ErrNoJob
@@ -281,7 +320,10 @@ func (d *Dispatcher) putJob(b *store.Batch, j *Job) {
 // and cursor survive a crash before the caller adopts upd.
 func (d *Dispatcher) saveJob(upd *Job, now time.Time) error {
 	upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)
-	b := d.st.NewBatch()
+	b := d.jobBatch()
+	if b == nil {
+		return errStaleJobs // J1
+	}
 	defer b.Close()
 	d.putJob(b, upd)
 	return d.apply(b, true)
@@ -294,6 +336,9 @@ func sortJobs(js []Job) {
 
 // runJobs advances every running job by its token bucket.
 func (d *Dispatcher) runJobs() {
+	if !d.jobsCurrent() {
+		return // J1: the store is being reopened; the next tick steps
+	}
 	now := d.o.Now()
 	for _, j := range d.jobs {
 		if j.State != JobRunning {
@@ -362,6 +407,11 @@ func (d *Dispatcher) stepRelease(j *job, n int, now time.Time) {
 
 // stepDLQ moves up to n dead rows of j back to due.
 func (d *Dispatcher) stepDLQ(j *job, n int, now time.Time) {
+	b := d.jobBatch()
+	if b == nil {
+		return // J1
+	}
+	defer b.Close()
 	var rows []store.DeadRow
 	finished := true
 	err := d.st.ScanDead(j.Cursor, 0, j.UntilMs, func(r store.DeadRow) bool {
@@ -377,8 +427,6 @@ func (d *Dispatcher) stepDLQ(j *job, n int, now time.Time) {
 		return
 	}
 	nowMs := now.UnixMilli()
-	b := d.st.NewBatch()
-	defer b.Close()
 	upd := j.Job
 	moved, skipped, orphans := 0, 0, 0
 	for _, r := range rows {

@@ -179,6 +179,9 @@ func (w *writer) run(ctx context.Context) {
 			// provider was told 503 for.
 			select {
 			case err := <-w.fenceCh:
+				if w.st.Failed() == nil {
+					break // a stale report (above)
+				}
 				fctx, cancel := context.WithTimeout(context.Background(), shutdownFenceTimeout)
 				w.fence(fctx, err)
 				cancel()
@@ -191,6 +194,15 @@ func (w *writer) run(ctx context.Context) {
 			}
 			return
 		case err := <-w.fenceCh:
+			if w.st.Failed() == nil {
+				// A report that came after the fence it needed: the store's
+				// generation is a healthy one (a report reads Failed, then
+				// sends; a fence that began in between drained the channel
+				// before the report landed). Fencing it would refuse
+				// commits and undo unsynced groups for nothing.
+				w.log.Debug("store failure report of a generation already reopened; no fence", "err", err)
+				break
+			}
 			w.fence(ctx, err)
 		case <-w.b.wake:
 			w.round(ctx)
