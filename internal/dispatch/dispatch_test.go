@@ -70,6 +70,15 @@ func (s *scriptedSink) Deliver(ctx context.Context, m *sink.Message) error {
 
 func (s *scriptedSink) Close() error { return nil }
 
+// unblock lets attempts through again: later ones do not wait, and those
+// waiting on block (the channel set as s.block) go on.
+func (s *scriptedSink) unblock(block chan struct{}) {
+	s.mu.Lock()
+	s.block = nil
+	s.mu.Unlock()
+	close(block)
+}
+
 func (s *scriptedSink) next(t *testing.T) *sink.Message {
 	t.Helper()
 	return testutil.Receive(t, s.seen, "no delivery attempt")

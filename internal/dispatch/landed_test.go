@@ -14,7 +14,33 @@ import (
 	"github.com/ankusa/ankusa/internal/testutil"
 )
 
-// removeHook deletes every row of hook seq, its due rows included, as a
+// settleDue writes, synced, what change adds to a batch for the one due
+// row of hook seq's delivery to sink 0 (at, its due time; dl, its row as
+// stored), as a batch of the dispatcher's that a reopen replayed left it.
+func settleDue(t *testing.T, st *store.Store, seq uint64, change func(b *store.Batch, at int64, dl *store.Delivery)) {
+	t.Helper()
+	dl, err := st.ReadDelivery(seq, 0)
+	if err != nil || dl == nil {
+		t.Fatalf("read delivery %d/0: %v (found: %v)", seq, err, dl != nil)
+	}
+	b := st.NewBatch()
+	defer b.Close()
+	n := 0
+	if err := st.ScanDue(0, func(at int64, s uint64, num uint16) bool {
+		if s == seq && num == 0 {
+			change(b, at, dl)
+			n++
+		}
+		return true
+	}); err != nil || n != 1 {
+		t.Fatalf("due rows of hook %d: %d (%v), want 1", seq, n, err)
+	}
+	if err := st.ApplySync(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// removeHook deletes every row of hook seq, its due row included, as a
 // delivered outcome's batch that removed the hook does.
 func removeHook(t *testing.T, st *store.Store, seq uint64) {
 	t.Helper()
@@ -30,47 +56,21 @@ func removeHook(t *testing.T, st *store.Store, seq uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := st.NewBatch()
-	defer b.Close()
-	b.DeleteHook(rows)
-	if err := st.ScanDue(0, func(at int64, s uint64, num uint16) bool {
-		if s == seq {
-			b.DropDue(at, s, num)
-		}
-		return true
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.ApplySync(b); err != nil {
-		t.Fatal(err)
-	}
+	settleDue(t, st, seq, func(b *store.Batch, at int64, _ *store.Delivery) {
+		b.DeleteHook(rows)
+		b.DropDue(at, seq, 0)
+	})
 }
 
 // recordedRetry records the attempt in flight on hook seq's one delivery
 // as a failure due again in an hour, as a retry outcome's batch does.
 func recordedRetry(t *testing.T, st *store.Store, seq uint64) {
 	t.Helper()
-	dl, err := st.ReadDelivery(seq, 0)
-	if err != nil || dl == nil {
-		t.Fatalf("read delivery %d/0: %v (found: %v)", seq, err, dl != nil)
-	}
-	b := st.NewBatch()
-	defer b.Close()
-	n := 0
-	if err := st.ScanDue(0, func(at int64, s uint64, num uint16) bool {
-		if s == seq {
-			dl.Attempts++
-			dl.LastError = "503 busy"
-			b.Retry(at, seq, num, dl, time.Now().Add(time.Hour).UnixMilli())
-			n++
-		}
-		return true
-	}); err != nil || n != 1 {
-		t.Fatalf("due rows of hook %d: %d (%v), want 1", seq, n, err)
-	}
-	if err := st.ApplySync(b); err != nil {
-		t.Fatal(err)
-	}
+	settleDue(t, st, seq, func(b *store.Batch, at int64, dl *store.Delivery) {
+		dl.Attempts++
+		dl.LastError = "503 busy"
+		b.Retry(at, seq, 0, dl, time.Now().Add(time.Hour).UnixMilli())
+	})
 }
 
 // deadAgain leaves hook seq's one delivery dead-lettered without an
@@ -79,25 +79,9 @@ func recordedRetry(t *testing.T, st *store.Store, seq uint64) {
 // replay's Revive).
 func deadAgain(t *testing.T, st *store.Store, seq uint64) {
 	t.Helper()
-	dl, err := st.ReadDelivery(seq, 0)
-	if err != nil || dl == nil {
-		t.Fatalf("read delivery %d/0: %v (found: %v)", seq, err, dl != nil)
-	}
-	b := st.NewBatch()
-	defer b.Close()
-	n := 0
-	if err := st.ScanDue(0, func(at int64, s uint64, num uint16) bool {
-		if s == seq {
-			b.DeadFromDue(at, seq, num, dl, time.Now().UnixMilli(), "sink removed")
-			n++
-		}
-		return true
-	}); err != nil || n != 1 {
-		t.Fatalf("due rows of hook %d: %d (%v), want 1", seq, n, err)
-	}
-	if err := st.ApplySync(b); err != nil {
-		t.Fatal(err)
-	}
+	settleDue(t, st, seq, func(b *store.Batch, at int64, dl *store.Delivery) {
+		b.DeadFromDue(at, seq, 0, dl, time.Now().UnixMilli(), "sink removed")
+	})
 }
 
 // An attempt's outcome is not written over a row that a store reopen
@@ -154,10 +138,7 @@ func TestDispatch_AnOutcomeIsNotWrittenOverRowsAReopenSettled(t *testing.T) {
 				testutil.Receive(t, s.entered, "the delivery never reached the sink")
 
 				release := func() {
-					s.mu.Lock()
-					s.block = nil
-					s.mu.Unlock()
-					close(block)
+					s.unblock(block)
 					if m := s.next(t); m.Seq != res.Seq {
 						t.Fatalf("attempt for seq %d, want %d", m.Seq, res.Seq)
 					}
@@ -245,10 +226,7 @@ func TestDispatch_AFailedWriteOfTheDispatchersReopensTheStore(t *testing.T) {
 	if e.st.Failed() == nil {
 		t.Fatal("the store's generation did not fail")
 	}
-	s.mu.Lock()
-	s.block = nil
-	s.mu.Unlock()
-	close(block)
+	s.unblock(block)
 	if m := s.next(t); m.Seq != res.Seq {
 		t.Fatalf("attempt for seq %d, want %d", m.Seq, res.Seq)
 	}

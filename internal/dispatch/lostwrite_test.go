@@ -94,10 +94,7 @@ func lostOutcome(t *testing.T, s *scriptedSink, applied func(*env) bool) (*env, 
 	}
 	// The outcome's batch is the next WAL write: it fails.
 	faults.on.Store(true)
-	s.mu.Lock()
-	s.block = nil
-	s.mu.Unlock()
-	close(block)
+	s.unblock(block)
 	if m := s.next(t); m.Seq != res.Seq {
 		t.Fatalf("attempt for seq %d, want %d", m.Seq, res.Seq)
 	}
@@ -323,9 +320,6 @@ func TestReplay_TheFirstTickAfterAReopenStepsFromTheStoredJob(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "the first job tick after the reopen stepped", func() bool {
 		return count(t, w.st, store.PrefixDead) == 1
 	})
-	s.mu.Lock()
-	s.block = nil
-	s.mu.Unlock()
-	close(block)
+	s.unblock(block)
 	w.replayedAll(t, job, 2)
 }
