@@ -421,9 +421,7 @@ func (d *Dispatcher) run(ctx context.Context) {
 	scan := true
 	var next time.Time
 	for {
-		if g := d.st.Generation(); g != d.gen {
-			d.resync(g)
-		}
+		d.current()
 		if rs := d.unrecorded; len(rs) > 0 {
 			d.unrecorded = nil
 			d.record(rs)
@@ -603,6 +601,16 @@ func (d *Dispatcher) apply(b *store.Batch, sync bool) error {
 		}
 	}
 	return err
+}
+
+// current makes the loop's view that of the store's current generation
+// (resync, after a reopen) and reports whether it is: false while a count
+// resync needs fails (the store failing again), retried at the next call.
+func (d *Dispatcher) current() bool {
+	if g := d.st.Generation(); g != d.gen {
+		d.resync(g)
+	}
+	return d.gen == d.st.Generation()
 }
 
 // resync makes the loop's view of the rows that of store generation g,

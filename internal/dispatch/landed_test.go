@@ -44,18 +44,7 @@ func settleDue(t *testing.T, st *store.Store, seq uint64, change func(b *store.B
 // delivered outcome's batch that removed the hook does.
 func removeHook(t *testing.T, st *store.Store, seq uint64) {
 	t.Helper()
-	v, err := st.ReadHook(seq)
-	if err != nil || v == nil {
-		t.Fatalf("read hook %d: %v (found: %v)", seq, err, v != nil)
-	}
-	env, err := store.DecodeEnvelope(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows, err := st.StoredRows(env)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := testutil.StoredRows(t, st, seq)
 	settleDue(t, st, seq, func(b *store.Batch, at int64, _ *store.Delivery) {
 		b.DeleteHook(rows)
 		b.DropDue(at, seq, 0)

@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -116,9 +115,10 @@ func (d *Dispatcher) storedJobs() (map[string]Job, error) {
 // the cursor it kept: the rows it passed stayed dead-lettered (or
 // unrestored) and the job counted them moved, done, until a restart
 // reloaded it (TestReplay_AStepLostToAFailedWALWriteIsReplayedAgain). The
-// stored job is where its rows are. A job's pace (its tokens) is kept; an
-// archive job reads its segment again. A stored job not held (its synced
-// write reported failed, yet landed) runs, as it would after a restart.
+// stored job is where its rows are. A job's pace (its tokens) is kept, and
+// an archive job's segment too (stepArchive reads another if the cursor's
+// is another). A stored job not held (its synced write reported failed,
+// yet landed) runs, as it would after a restart.
 func (d *Dispatcher) reloadJobs() error {
 	stored, err := d.storedJobs()
 	if err != nil {
@@ -130,9 +130,6 @@ func (d *Dispatcher) reloadJobs() error {
 			d.jobs[id] = &job{Job: sj, last: d.o.Now()}
 			continue
 		}
-		if !bytes.Equal(j.Cursor, sj.Cursor) {
-			j.seg = nil
-		}
 		j.Job = sj
 	}
 	return nil
@@ -142,8 +139,8 @@ func (d *Dispatcher) reloadJobs() error {
 // store generation's (J1): the store is being reopened.
 var errStaleJobs = fmt.Errorf("%w: replay jobs are being reloaded after a store reopen", store.ErrFailed)
 
-// jobsCurrent keeps this invariant, and reports whether the jobs may be
-// stepped or written:
+// jobBatch keeps this invariant; runJobs and SetJobState make the loop's
+// view current first:
 //
 // J1. A job is stepped or written only from the stored job of the store
 // generation its write goes to. A reopen can drop a step's unsynced batch
@@ -152,18 +149,10 @@ var errStaleJobs = fmt.Errorf("%w: replay jobs are being reloaded after a store 
 // only at the top of a turn, and a job tick could come first after a
 // reopen: a step from the held cursor counted the dropped step's rows
 // moved and wrote a cursor past them, so they stayed dead-lettered for
-// good (found by a helper's review). So the jobs are resynced here first,
-// and every job write's batch is refused unless it is of d.gen (a reopen
-// after this check).
-func (d *Dispatcher) jobsCurrent() bool {
-	if g := d.st.Generation(); g != d.gen {
-		d.resync(g)
-	}
-	return d.gen == d.st.Generation()
-}
-
-// jobBatch is a batch for a job write, or nil when it would not go to the
-// generation the jobs were read from (J1).
+// good (found by a helper's review). So the jobs are resynced first
+// (Dispatcher.current), and every job write's batch is refused unless it
+// is of d.gen (a reopen after that): jobBatch is a batch for a job write,
+// or nil when it would not go to the generation the jobs were read from.
 func (d *Dispatcher) jobBatch() *store.Batch {
 	b := d.st.NewBatch()
 	if b.Err() != nil || b.Generation() != d.gen {
@@ -280,7 +269,7 @@ func (d *Dispatcher) SetJobState(ctx context.Context, id, state string) (Job, er
 	var out Job
 	var err error
 	derr := d.do(ctx, func() {
-		if !d.jobsCurrent() {
+		if !d.current() {
 			err = errStaleJobs
 			return
 		}
@@ -336,7 +325,7 @@ func sortJobs(js []Job) {
 
 // runJobs advances every running job by its token bucket.
 func (d *Dispatcher) runJobs() {
-	if !d.jobsCurrent() {
+	if !d.current() {
 		return // J1: the store is being reopened; the next tick steps
 	}
 	now := d.o.Now()

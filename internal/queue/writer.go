@@ -179,8 +179,8 @@ func (w *writer) run(ctx context.Context) {
 			// provider was told 503 for.
 			select {
 			case err := <-w.fenceCh:
-				if w.st.Failed() == nil {
-					break // a stale report (above)
+				if w.staleReport(err) {
+					break
 				}
 				fctx, cancel := context.WithTimeout(context.Background(), shutdownFenceTimeout)
 				w.fence(fctx, err)
@@ -194,13 +194,7 @@ func (w *writer) run(ctx context.Context) {
 			}
 			return
 		case err := <-w.fenceCh:
-			if w.st.Failed() == nil {
-				// A report that came after the fence it needed: the store's
-				// generation is a healthy one (a report reads Failed, then
-				// sends; a fence that began in between drained the channel
-				// before the report landed). Fencing it would refuse
-				// commits and undo unsynced groups for nothing.
-				w.log.Debug("store failure report of a generation already reopened; no fence", "err", err)
+			if w.staleReport(err) {
 				break
 			}
 			w.fence(ctx, err)
@@ -219,6 +213,19 @@ func (w *writer) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// staleReport reports whether a store failure report came after the fence
+// it needed: the store's generation is a healthy one (a report reads
+// Store.Failed, then sends; a fence that began in between drained the
+// channel before the report landed). Fencing it would refuse commits and
+// undo unsynced groups for nothing.
+func (w *writer) staleReport(err error) bool {
+	if w.st.Failed() != nil {
+		return false
+	}
+	w.log.Debug("store failure report of a generation already reopened; no fence", "err", err)
+	return true
 }
 
 // holdMax is the most records the writer leaves queued while an fsync runs

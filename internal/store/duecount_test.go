@@ -102,19 +102,7 @@ func TestDueRows_FollowEveryDueRowWrite(t *testing.T) {
 		// DeleteHook removes the rows HookRowKeys lists, not the due keys: they
 		// stay (and count) until the scan drops them (DropDue).
 		{"delete a due hook", nil, func(t *testing.T, st *store.Store, b *store.Batch) {
-			v, err := st.ReadHook(2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			env, err := store.DecodeEnvelope(v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows, err := st.StoredRows(env)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b.DeleteHook(rows)
+			b.DeleteHook(testutil.StoredRows(t, st, 2))
 		}, 4},
 	}
 	for _, tc := range tests {

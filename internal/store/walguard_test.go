@@ -51,6 +51,19 @@ func fillUntilAnApplyFails(t *testing.T, st *store.Store, size int) error {
 	}
 }
 
+// reopenKeepsTheAckedRow reopens st once its WAL fault healed, checks the
+// row "acked" synced before the fault, and takes a synced write ("later").
+func reopenKeepsTheAckedRow(t *testing.T, st *store.Store) {
+	t.Helper()
+	if err := st.Reopen(); err != nil {
+		t.Fatalf("reopen after the fault healed: %v", err)
+	}
+	if v, err := st.Get([]byte("acked")); err != nil || string(v) != "durable before the fault" {
+		t.Fatalf("after the reopen, the row synced before the fault: %q, %v", v, err)
+	}
+	storePut(t, st, "later", "synced after the reopen")
+}
+
 // nthWALWrite fails, once armed, the WAL writes from the nth on.
 type nthWALWrite struct {
 	mu      sync.Mutex
@@ -122,13 +135,7 @@ func TestStore_AWALFaultAtTheLogSwitchFailsTheStoreNotTheProcess(t *testing.T) {
 			_ = b.Close()
 
 			faults.Off()
-			if err := st.Reopen(); err != nil {
-				t.Fatalf("reopen after the fault healed: %v", err)
-			}
-			if v, err := st.Get([]byte("acked")); err != nil || string(v) != "durable before the fault" {
-				t.Fatalf("the row synced before the fault: %q, %v", v, err)
-			}
-			storePut(t, st, "later", "written after the reopen")
+			reopenKeepsTheAckedRow(t, st)
 		})
 	}
 }
@@ -166,13 +173,7 @@ func TestStore_AfterAWALFaultInTheLogTheStoreReopensAndOpens(t *testing.T) {
 					_ = b.Close()
 				}
 				faults.off()
-				if err := st.Reopen(); err != nil {
-					t.Fatalf("reopen after the fault healed: %v", err)
-				}
-				if v, err := st.Get([]byte("acked")); err != nil || string(v) != "durable before the fault" {
-					t.Fatalf("after the reopen, the row synced before the fault: %q, %v", v, err)
-				}
-				storePut(t, st, "later", "synced after the reopen")
+				reopenKeepsTheAckedRow(t, st)
 				if err := st.Close(); err != nil {
 					t.Fatalf("close: %v", err)
 				}

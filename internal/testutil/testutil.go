@@ -242,3 +242,22 @@ func (g *WALSyncGate) ReleaseAll() {
 		}
 	}
 }
+
+// StoredRows reads the rows of stored hook seq (store.Store.StoredRows),
+// failing the test when the hook is not there.
+func StoredRows(t testing.TB, st *store.Store, seq uint64) *store.StoredRows {
+	t.Helper()
+	v, err := st.ReadHook(seq)
+	if err != nil || v == nil {
+		t.Fatalf("read hook %d: %v (found: %v)", seq, err, v != nil)
+	}
+	env, err := store.DecodeEnvelope(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := st.StoredRows(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
