@@ -636,13 +636,12 @@ func (d *Dispatcher) resync(g uint64) {
 		d.log.Warn("recount dead rows after a store reopen", "err", err)
 		return
 	}
-	// The archive goroutine keeps the retained counters while it runs;
-	// without it they are the loop's.
-	if d.o.Archive == nil {
-		if err := d.loadRetained(); err != nil {
-			d.log.Warn("recount retained hooks after a store reopen", "err", err)
-			return
-		}
+	// With an archive too: its goroutine only reads the counters (pick);
+	// every write to them, its removals included (remove, through do), is
+	// the loop's, so a recount here is never raced.
+	if err := d.loadRetained(); err != nil {
+		d.log.Warn("recount retained hooks after a store reopen", "err", err)
+		return
 	}
 	if err := d.reloadJobs(); err != nil {
 		d.log.Warn("reload replay jobs after a store reopen", "err", err)
