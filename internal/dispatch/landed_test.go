@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,8 +123,9 @@ func TestDispatch_AnOutcomeIsNotWrittenOverRowsAReopenSettled(t *testing.T) {
 				// Reopens retried 20 times 200 ms apart: the store stays
 				// without a generation for as long as the test fails its
 				// opens, well past the outcome's first write.
+				obs := &countingObserver{}
 				e := setupQueue(t, map[uint16]dispatch.Target{0: {ID: "out", Sink: s}},
-					dispatch.Options{Logger: slog.New(rec)}, queue.Options{FenceRetry: 200 * time.Millisecond}, false)
+					dispatch.Options{Logger: slog.New(rec), Observer: obs}, queue.Options{FenceRetry: 200 * time.Millisecond}, false)
 				res := e.submit(t, "settled elsewhere", "")
 				testutil.Receive(t, s.entered, "the delivery never reached the sink")
 
@@ -176,6 +179,15 @@ func TestDispatch_AnOutcomeIsNotWrittenOverRowsAReopenSettled(t *testing.T) {
 						t.Errorf("%s rows after the outcome: %d (%v), want %d: the outcome was written over rows the reopen had settled", f.name, n, err, tc.rows[f.prefix])
 					}
 				}
+				// The attempt ran, so the metrics count it, once: delivered
+				// if it was, else retry (it dead-lettered nothing).
+				want := "out/retry"
+				if tc.answer == nil {
+					want = "out/delivered"
+				}
+				if got := obs.all(); len(got) != 1 || got[0] != want {
+					t.Errorf("deliveries observed %v, want [%s]", got, want)
+				}
 				// (The dead gauge is not checked: the test's own dead row may
 				// come after the dispatcher recounted them at the reopen.)
 				if g := e.d.Gauges(); g.Pending != int64(tc.rows[store.PrefixDue]) {
@@ -225,4 +237,23 @@ func TestDispatch_AFailedWriteOfTheDispatchersReopensTheStore(t *testing.T) {
 	if st := e.q.Stats(); st.Fences != 1 || st.Hooks != 0 {
 		t.Fatalf("queue after the fence: fences %d hooks %d, want 1 and 0", st.Fences, st.Hooks)
 	}
+}
+
+// countingObserver records every delivery the dispatcher reports, as
+// sink/result.
+type countingObserver struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (o *countingObserver) Delivery(sink, result string, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got = append(o.got, sink+"/"+result)
+}
+
+func (o *countingObserver) all() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.got)
 }

@@ -263,7 +263,8 @@ func (d *Dispatcher) judge(r *result, now time.Time) (permanent bool, retryAfter
 // otherwise the outcome is not written: the row is gone, settled, or due
 // again to be claimed afresh (no other attempt of it ran meanwhile: the
 // claim held it, K1). The attempt did happen, so its sink's breaker hears
-// of it (judge), and a row due again is noted for the scan (K2).
+// of it (judge), the Observer counts it, and a row due again is noted for
+// the scan (K2).
 func (d *Dispatcher) dropSettled(rs []result, gen uint64, now time.Time) ([]result, error) {
 	var settled []bool
 	var due []int64
@@ -311,6 +312,14 @@ func (d *Dispatcher) dropSettled(rs []result, gen uint64, now time.Time) ([]resu
 		}
 		d.judge(&r, now)
 		d.hot.forget(r.c.seq) // H1: resync dropped the generation's entries; this keeps it so
+		// And the metrics count it, as a finished attempt: delivered if it
+		// was, else retry (it dead-lettered nothing; "dead" would count a
+		// dead letter that no row holds).
+		result := "delivered"
+		if r.err != nil {
+			result = "retry"
+		}
+		d.o.Observer.Delivery(r.c.delivery.SinkID, result, r.dur)
 	}
 	d.claims.release(done)
 	d.unparkNoIO()
