@@ -285,6 +285,20 @@ func (w *world) checkCounters(n *node) {
 		// flight, not pending.
 		w.violate("7", "pending gauge %d + inflight %d, due rows %d", g.Pending, g.Inflight, q)
 	}
+	if w.cfg.history == "" {
+		return
+	}
+	var hooks, bytes int64
+	if err := n.st.ScanRetained(func(r store.RetainedRow) bool {
+		hooks++
+		bytes += r.Size
+		return true
+	}); err != nil {
+		return
+	}
+	if g := n.d.Gauges(); g.HistoryHooks != hooks || g.HistoryBytes != bytes {
+		w.violate("7", "history gauges %d hooks, %d bytes; retained rows %d, %d bytes", g.HistoryHooks, g.HistoryBytes, hooks, bytes)
+	}
 }
 
 // checkMarks: rule 4, for the live marks and the stored ones.

@@ -107,7 +107,7 @@ func (w *world) run() {
 		w.violate("5", "log dir: %v", err)
 		return
 	}
-	w.tracef("schedule seed=%d dual=%v backups=%v release=%d memtable=%d", w.seed, w.cfg.dual, w.cfg.backups, w.cfg.release, w.cfg.memtable)
+	w.tracef("schedule seed=%d dual=%v backups=%v release=%d memtable=%d history=%q", w.seed, w.cfg.dual, w.cfg.backups, w.cfg.release, w.cfg.memtable, w.cfg.history)
 	w.mustBoot()
 	if w.cfg.release > 0 {
 		go w.rel.run()
@@ -394,8 +394,8 @@ func (s *summary) line() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.faults
-	return fmt.Sprintf("schedules=%d seeds=%d..%d faults={fsync:%d, write:%d (log opens:%d), publish:%d, crash:%d, hostloss:%d; in recycled logs:%d} violations=%d",
-		s.schedules, s.first, s.last, f.fsync, f.write, f.open, f.publish, f.crash, f.hostloss, f.recycled, s.violations)
+	return fmt.Sprintf("schedules=%d seeds=%d..%d faults={fsync:%d, write:%d (log opens:%d), publish:%d, crash:%d, hostloss:%d; in recycled logs:%d} history={swept:%d, archived:%d} violations=%d",
+		s.schedules, s.first, s.last, f.fsync, f.write, f.open, f.publish, f.crash, f.hostloss, f.recycled, f.swept, f.archived, s.violations)
 }
 
 func (s *summary) byInvariant() string {

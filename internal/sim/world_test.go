@@ -18,6 +18,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/ankusa/ankusa/internal/archive"
 	"github.com/ankusa/ankusa/internal/backup"
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/intake"
@@ -80,6 +81,10 @@ type counts struct {
 	// Of fsync and write: open counts the writes that refused a log's
 	// creation or reuse, recycled the faults in a recycled log.
 	open, recycled int
+	// swept counts the hooks a history sweep removed (with history on,
+	// every reclaim is one: a delivered hook is retained, not removed);
+	// archived, those of them removed by the archive's sweep.
+	swept, archived int
 }
 
 func (c *counts) add(o counts) {
@@ -90,6 +95,8 @@ func (c *counts) add(o counts) {
 	c.hostloss += o.hostloss
 	c.open += o.open
 	c.recycled += o.recycled
+	c.swept += o.swept
+	c.archived += o.archived
 }
 
 // schedCfg is what a seed chose for a schedule: the mode and the weights
@@ -110,7 +117,23 @@ type schedCfg struct {
 	// one; the switch (F1) and the recycled log are where a WAL fault
 	// bites hardest.
 	memtable uint64
+	// history is the dispatcher's delivery history, drawn from a stream of
+	// its own: "" (a delivered hook is removed at once), "retain" (kept for
+	// historyRetention or until historyMaxBytes of bodies, then swept on
+	// the loop), or "archive" (swept through an archive on a file store
+	// outside the node's disk, as an object store is). Why: the sweep's
+	// removals are unsynced writes a fault or a crash can drop, and the
+	// history counters must survive that (rule 7).
+	history string
 }
+
+// The history's bounds: short and small, so that a schedule sweeps by age
+// and by bytes both.
+const (
+	historyRetention = time.Second
+	historyMaxBytes  = 2048
+	historySweep     = 200 * time.Millisecond
+)
 
 // world is one schedule: the disk, the log, the node that runs on them,
 // the providers submitting and the record of what they were told.
@@ -208,6 +231,9 @@ func newWorld(seed uint64, tmp string, exclude map[string]bool) *world {
 	}
 	w.holdRng = rand.New(rand.NewPCG(rr.Uint64(), 1))
 	w.cfg.memtable = []uint64{0, 256 << 10, 64 << 10}[rand.New(rand.NewPCG(seed, 0x3e3)).IntN(3)]
+	if !exclude["history"] {
+		w.cfg.history = []string{"", "retain", "archive"}[rand.New(rand.NewPCG(seed, 0x415)).IntN(3)]
+	}
 	w.rel = newReleaser(w, rr.Uint64(), w.cfg.release)
 	return w
 }
@@ -431,13 +457,34 @@ func (w *world) boot() error {
 	if err := q.Carry(carry, true); err != nil {
 		return w.bootFail(n, fmt.Errorf("carry: %w", err))
 	}
-	d = dispatch.New(st, dispatch.Options{
+	do := dispatch.Options{
 		Concurrency: 4, AttemptTimeout: time.Second, Poll: 500 * time.Millisecond,
 		BreakerFailures: 3, BreakerCooldown: 2 * time.Second,
 		Retry:   dispatch.RetryPolicy{Base: 100 * time.Millisecond, Max: 2 * time.Second, MaxAttempts: 10_000},
 		Targets: targets, Durable: q.Durable, OnReclaim: q.Reclaimed, OnStoreFailure: q.ReportStoreFailure,
 		Logger: discard, Jitter: func() float64 { return 0.75 },
-	})
+	}
+	if w.cfg.history != "" {
+		do.Retention, do.RetentionMaxBytes, do.SweepInterval = historyRetention, historyMaxBytes, historySweep
+		do.OnReclaim = func(hooks, rows int) {
+			q.Reclaimed(hooks, rows)
+			w.mu.Lock()
+			w.injected.swept += hooks
+			if w.cfg.history == "archive" {
+				w.injected.archived += hooks
+			}
+			w.mu.Unlock()
+		}
+		if w.cfg.history == "archive" {
+			a, err := w.archive()
+			if err != nil {
+				q.Close()
+				return w.bootFail(n, fmt.Errorf("archive: %w", err))
+			}
+			do.Archive = a
+		}
+	}
+	d = dispatch.New(st, do)
 	if err := d.Start(); err != nil {
 		return w.bootFail(n, fmt.Errorf("dispatch: %w", err))
 	}
@@ -1023,4 +1070,14 @@ func (w *world) stopAll() {
 		w.kill(n)
 	}
 	synctest.Wait()
+}
+
+// archive is the history's archive: a file store beside the backups,
+// outside the node's disk, so a crash or a host loss keeps what it holds.
+func (w *world) archive() (*archive.Archive, error) {
+	loc, err := backup.NewFileStore(filepath.Join(w.tmpDir, "archive"))
+	if err != nil {
+		return nil, err
+	}
+	return archive.New(archive.Options{Store: loc, Prefix: w.prefix, SigningKey: []byte(signingKey), Logger: discard})
 }
