@@ -58,6 +58,9 @@ import (
 //     at-least-once and allowed; a second seq is a second commit;
 //   - P, the pen's counters (Pen.Stats) equal a walk of its rows (Pen.List)
 //     at the end, when no hold or release is in flight (checkPen).
+//
+// And for the resend class: S, an answered resend is not lost (stated in
+// resend_test.go; checked by unresent, after the drain).
 
 // checkpoint runs the cheap checks at a quiescent instant.
 func (w *world) checkpoint() {

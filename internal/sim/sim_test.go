@@ -107,7 +107,7 @@ func (w *world) run() {
 		w.violate("5", "log dir: %v", err)
 		return
 	}
-	w.tracef("schedule seed=%d dual=%v backups=%v release=%d memtable=%d history=%q", w.seed, w.cfg.dual, w.cfg.backups, w.cfg.release, w.cfg.memtable, w.cfg.history)
+	w.tracef("schedule seed=%d dual=%v backups=%v release=%d memtable=%d history=%q resend=%d", w.seed, w.cfg.dual, w.cfg.backups, w.cfg.release, w.cfg.memtable, w.cfg.history, w.resend.weight)
 	w.mustBoot()
 	if w.cfg.release > 0 {
 		go w.rel.run()
@@ -146,6 +146,7 @@ func (w *world) run() {
 			hostLosses++
 		}
 		w.event(kind)
+		w.maybeResend()
 	}
 	synctest.Wait()
 	w.superviseExit()
@@ -319,8 +320,8 @@ func (w *world) settle() {
 // drain waits (virtual time) until every acked hook is delivered; what is
 // still owed after two minutes is rule 1's missing.
 func (w *world) drain() {
-	var missing, released []int
-	var why, rwhy map[string]int
+	var missing, released, resends []int
+	var why, rwhy, swhy map[string]int
 	for range 240 {
 		n := w.current()
 		if n == nil {
@@ -328,7 +329,8 @@ func (w *world) drain() {
 		}
 		missing, why = w.undelivered(n)
 		released, rwhy = w.undeliveredOf(n, w.owedHeld(n))
-		if len(missing) == 0 && len(released) == 0 {
+		resends, swhy = w.unresent(n)
+		if len(missing) == 0 && len(released) == 0 && len(resends) == 0 {
 			w.tracef("drained")
 			return
 		}
@@ -346,6 +348,9 @@ func (w *world) drain() {
 	}
 	if len(released) > 0 {
 		w.violate("Q", "%d held hooks (202) out of the pen and not delivered 2 minutes after every fault healed (reqs %v; %v)", len(released), show(released), rwhy)
+	}
+	if len(resends) > 0 {
+		w.violate("S", "%d answered resends not sent to their sinks 2 minutes after every fault healed (reqs %v; %v)", len(resends), show(resends), swhy)
 	}
 	if p := os.Getenv("SIM_STACKS"); p != "" {
 		buf := make([]byte, 1<<22)
@@ -394,8 +399,8 @@ func (s *summary) line() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.faults
-	return fmt.Sprintf("schedules=%d seeds=%d..%d faults={fsync:%d, write:%d (log opens:%d), publish:%d, crash:%d, hostloss:%d; in recycled logs:%d} history={swept:%d, archived:%d} violations=%d",
-		s.schedules, s.first, s.last, f.fsync, f.write, f.open, f.publish, f.crash, f.hostloss, f.recycled, f.swept, f.archived, s.violations)
+	return fmt.Sprintf("schedules=%d seeds=%d..%d faults={fsync:%d, write:%d (log opens:%d), publish:%d, crash:%d, hostloss:%d; in recycled logs:%d} history={swept:%d, archived:%d, resent:%d} violations=%d",
+		s.schedules, s.first, s.last, f.fsync, f.write, f.open, f.publish, f.crash, f.hostloss, f.recycled, f.swept, f.archived, f.resent, s.violations)
 }
 
 func (s *summary) byInvariant() string {

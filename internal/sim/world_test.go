@@ -85,6 +85,8 @@ type counts struct {
 	// every reclaim is one: a delivered hook is retained, not removed);
 	// archived, those of them removed by the archive's sweep.
 	swept, archived int
+	// resent counts the resends the operator was answered for (resend_test.go).
+	resent int
 }
 
 func (c *counts) add(o counts) {
@@ -97,6 +99,7 @@ func (c *counts) add(o counts) {
 	c.recycled += o.recycled
 	c.swept += o.swept
 	c.archived += o.archived
+	c.resent += o.resent
 }
 
 // schedCfg is what a seed chose for a schedule: the mode and the weights
@@ -189,11 +192,16 @@ type world struct {
 	found     []violation
 	injected  counts
 	reqs      int
+	// The resend class (resend_test.go): its draws, the resends answered
+	// (by resend id) and the sinks sent each one.
+	resend  resender
+	resends map[string]*resendInfo
+	resent  map[string]map[string]bool
 	clients   sync.WaitGroup
 }
 
 type violation struct {
-	inv  string // "1".."8", "L" (liveness), "C" (recovery refusal), "W", "Q", "R", "P"
+	inv  string // "1".."8", "L" (liveness), "C" (recovery refusal), "W", "Q", "R", "P", "S"
 	what string
 }
 
@@ -234,6 +242,8 @@ func newWorld(seed uint64, tmp string, exclude map[string]bool) *world {
 	if !exclude["history"] {
 		w.cfg.history = []string{"", "retain", "archive"}[rand.New(rand.NewPCG(seed, 0x415)).IntN(3)]
 	}
+	w.resend = newResender(seed, w.cfg.history, exclude["resend"])
+	w.resends, w.resent = map[string]*resendInfo{}, map[string]map[string]bool{}
 	w.rel = newReleaser(w, rr.Uint64(), w.cfg.release)
 	return w
 }
@@ -688,6 +698,7 @@ func (w *world) hostLoss() {
 	}
 	w.mu.Lock()
 	w.injected.hostloss++
+	w.excuseResendsLocked()
 	w.tracefLocked("host loss gen=%d backup=%v", n.gen, w.hasBackup)
 	w.mu.Unlock()
 	w.kill(n)
@@ -1036,6 +1047,7 @@ func (s *simSink) Deliver(ctx context.Context, m *sink.Message) error {
 		w.violateLocked("Q", "delivery to %s of a released hook (req %d) carries a different body", s.id, h.req)
 	}
 	w.noteSeqLocked(id, m.Seq, "delivered")
+	w.noteResentLocked(m.ReplayID, s.id)
 	got := w.delivered[id]
 	if got == nil {
 		got = map[string][32]byte{}
