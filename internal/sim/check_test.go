@@ -60,7 +60,9 @@ import (
 //     at the end, when no hold or release is in flight (checkPen).
 //
 // And for the resend class: S, an answered resend is not lost (stated in
-// resend_test.go; checked by unresent, after the drain).
+// resend_test.go; checked by unresent, after the drain); for the dlq
+// class: D, an answered dlq replay job finishes its work (stated in
+// dlqreplay_test.go; checked by unfinishedJobs, after the drain).
 
 // checkpoint runs the cheap checks at a quiescent instant.
 func (w *world) checkpoint() {

@@ -107,7 +107,7 @@ func (w *world) run() {
 		w.violate("5", "log dir: %v", err)
 		return
 	}
-	w.tracef("schedule seed=%d dual=%v backups=%v release=%d memtable=%d history=%q resend=%d", w.seed, w.cfg.dual, w.cfg.backups, w.cfg.release, w.cfg.memtable, w.cfg.history, w.resend.weight)
+	w.tracef("schedule seed=%d dual=%v backups=%v release=%d memtable=%d history=%q resend=%d dlq=%d", w.seed, w.cfg.dual, w.cfg.backups, w.cfg.release, w.cfg.memtable, w.cfg.history, w.resend.weight, w.dlq.weight)
 	w.mustBoot()
 	if w.cfg.release > 0 {
 		go w.rel.run()
@@ -147,6 +147,7 @@ func (w *world) run() {
 		}
 		w.event(kind)
 		w.maybeResend()
+		w.maybeReplayDLQ()
 	}
 	synctest.Wait()
 	w.superviseExit()
@@ -321,7 +322,8 @@ func (w *world) settle() {
 // still owed after two minutes is rule 1's missing.
 func (w *world) drain() {
 	var missing, released, resends []int
-	var why, rwhy, swhy map[string]int
+	var why, rwhy, swhy, jwhy map[string]int
+	var jobs int
 	for range 240 {
 		n := w.current()
 		if n == nil {
@@ -330,7 +332,8 @@ func (w *world) drain() {
 		missing, why = w.undelivered(n)
 		released, rwhy = w.undeliveredOf(n, w.owedHeld(n))
 		resends, swhy = w.unresent(n)
-		if len(missing) == 0 && len(released) == 0 && len(resends) == 0 {
+		jobs, jwhy = w.unfinishedJobs(n)
+		if len(missing) == 0 && len(released) == 0 && len(resends) == 0 && jobs == 0 {
 			w.tracef("drained")
 			return
 		}
@@ -351,6 +354,9 @@ func (w *world) drain() {
 	}
 	if len(resends) > 0 {
 		w.violate("S", "%d answered resends not sent to their sinks 2 minutes after every fault healed (reqs %v; %v)", len(resends), show(resends), swhy)
+	}
+	if jobs > 0 {
+		w.violate("D", "%d answered dlq replay jobs unfinished 2 minutes after every fault healed (%v)", jobs, jwhy)
 	}
 	if p := os.Getenv("SIM_STACKS"); p != "" {
 		buf := make([]byte, 1<<22)
@@ -399,8 +405,8 @@ func (s *summary) line() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.faults
-	return fmt.Sprintf("schedules=%d seeds=%d..%d faults={fsync:%d, write:%d (log opens:%d), publish:%d, crash:%d, hostloss:%d; in recycled logs:%d} history={swept:%d, archived:%d, resent:%d} violations=%d",
-		s.schedules, s.first, s.last, f.fsync, f.write, f.open, f.publish, f.crash, f.hostloss, f.recycled, f.swept, f.archived, f.resent, s.violations)
+	return fmt.Sprintf("schedules=%d seeds=%d..%d faults={fsync:%d, write:%d (log opens:%d), publish:%d, crash:%d, hostloss:%d; in recycled logs:%d} history={swept:%d, archived:%d, resent:%d} dlq_jobs=%d violations=%d",
+		s.schedules, s.first, s.last, f.fsync, f.write, f.open, f.publish, f.crash, f.hostloss, f.recycled, f.swept, f.archived, f.resent, f.dlqJobs, s.violations)
 }
 
 func (s *summary) byInvariant() string {

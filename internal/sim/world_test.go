@@ -87,6 +87,8 @@ type counts struct {
 	swept, archived int
 	// resent counts the resends the operator was answered for (resend_test.go).
 	resent int
+	// dlqJobs counts the dlq replay jobs it was answered for (dlqreplay_test.go).
+	dlqJobs int
 }
 
 func (c *counts) add(o counts) {
@@ -100,6 +102,7 @@ func (c *counts) add(o counts) {
 	c.swept += o.swept
 	c.archived += o.archived
 	c.resent += o.resent
+	c.dlqJobs += o.dlqJobs
 }
 
 // schedCfg is what a seed chose for a schedule: the mode and the weights
@@ -197,11 +200,14 @@ type world struct {
 	resend  resender
 	resends map[string]*resendInfo
 	resent  map[string]map[string]bool
+	// The dlq class (dlqreplay_test.go): its draws and the jobs answered.
+	dlq     dlqReplayer
+	dlqJobs []*dlqJob
 	clients   sync.WaitGroup
 }
 
 type violation struct {
-	inv  string // "1".."8", "L" (liveness), "C" (recovery refusal), "W", "Q", "R", "P", "S"
+	inv  string // "1".."8", "L" (liveness), "C" (recovery refusal), "W", "Q", "R", "P", "S", "D"
 	what string
 }
 
@@ -244,6 +250,7 @@ func newWorld(seed uint64, tmp string, exclude map[string]bool) *world {
 	}
 	w.resend = newResender(seed, w.cfg.history, exclude["resend"])
 	w.resends, w.resent = map[string]*resendInfo{}, map[string]map[string]bool{}
+	w.dlq = newDLQReplayer(seed, exclude["dlq"])
 	w.rel = newReleaser(w, rr.Uint64(), w.cfg.release)
 	return w
 }
@@ -699,6 +706,7 @@ func (w *world) hostLoss() {
 	w.mu.Lock()
 	w.injected.hostloss++
 	w.excuseResendsLocked()
+	w.excuseDLQJobsLocked()
 	w.tracefLocked("host loss gen=%d backup=%v", n.gen, w.hasBackup)
 	w.mu.Unlock()
 	w.kill(n)
