@@ -23,6 +23,19 @@ package dispatch
 //     archived again under another key).
 //  4. A segment that fails its signature or hash fails the job; nothing
 //     from it is written.
+//  5. A job does not stop at the end of a segment that was written again.
+//     A sweep whose removal did not happen (a crash, a failed write, a
+//     reopen that dropped it) writes the same key again with the hooks due
+//     since (A2 in internal/archive); a hook resent meanwhile leaves it and
+//     may come back at its end. So the cursor keeps the sha256 of the
+//     catalogue entry its index counts in, and when the entry's sha256
+//     differs the job passes the segment from its start again: what it
+//     wrote back is local now and skipped (invariant 2), a hook it had
+//     passed as local and that has been archived since is written back
+//     now, and nothing passed before is counted twice. Before, a job that
+//     held the first
+//     version stopped at that version's end for good, the catalogue's entry
+//     counting more hooks (found by a helper's review).
 
 import (
 	"context"
@@ -155,15 +168,26 @@ func (d *Dispatcher) archived(v victim) (archive.Hook, bool, error) {
 	return h, true, nil
 }
 
-// archiveCursor is where an archive job goes on: the segment key and the
-// index of the next hook in it.
-func archiveCursor(c []byte) (key string, idx int) {
-	k, i, ok := strings.Cut(string(c), "\n")
+// archiveCursor is where an archive job goes on: the segment key, the
+// index of the next hook in it, and the sha256 of the catalogue entry the
+// index counts in ("" in a cursor written before it was kept).
+func archiveCursor(c []byte) (key string, idx int, sha string) {
+	k, rest, ok := strings.Cut(string(c), "\n")
 	if !ok {
-		return "", 0
+		return "", 0, ""
 	}
+	i, sha, _ := strings.Cut(rest, "\n")
 	n, _ := strconv.Atoi(i)
-	return k, n
+	return k, n, sha
+}
+
+// formatArchiveCursor is archiveCursor's inverse.
+func formatArchiveCursor(key string, idx int, sha string) []byte {
+	c := key + "\n" + strconv.Itoa(idx)
+	if sha != "" {
+		c += "\n" + sha
+	}
+	return []byte(c)
 }
 
 // stepArchive re-drives up to n archived hooks of j (invariant 2). It reads
@@ -193,16 +217,26 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 		}
 		return
 	}
-	key, idx := archiveCursor(j.Cursor)
+	key, idx, sha := archiveCursor(j.Cursor)
+	if sha == "" && j.seg != nil && j.seg.Key == key {
+		sha = j.segSHA // a cursor written before the sha256 was kept
+	}
 	sinceNs, untilNs := j.SinceMs*int64(time.Millisecond), (j.UntilMs+1)*int64(time.Millisecond)-1
 	var entry *archive.Entry
+	rewritten := false // the cursor's segment, written again since (invariant 5)
 	for i := range cat.Segments {
 		e := &cat.Segments[i]
-		if e.Key < key || (e.Key == key && idx >= e.Count) {
+		if e.Key < key {
 			continue
 		}
+		if e.Key == key {
+			rewritten = idx > 0 && sha != "" && sha != e.SHA256
+			if idx >= e.Count && !rewritten {
+				continue
+			}
+		}
 		if e.Key > key {
-			key, idx = e.Key, 0
+			key, idx, sha = e.Key, 0, ""
 		}
 		if e.MaxReceivedNs < sinceNs || e.MinReceivedNs > untilNs {
 			continue // nothing of the range in it
@@ -212,15 +246,18 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 	}
 	if entry == nil {
 		upd.State = JobDone
-		upd.Cursor = []byte(key + "\n" + strconv.Itoa(idx))
+		upd.Cursor = formatArchiveCursor(key, idx, sha)
 		if err := d.saveJob(&upd, now); err != nil {
 			d.log.Warn("replay job write failed", "job", j.ID, "err", err)
 			return
 		}
-		j.Job, j.seg = upd, nil
+		j.Job, j.seg, j.segSHA = upd, nil, ""
 		return
 	}
 	if j.seg == nil || j.seg.Key != entry.Key {
+		j.quietBelow = 0
+	}
+	if j.seg == nil || j.seg.Key != entry.Key || j.segSHA != entry.SHA256 {
 		seg, err := d.o.Archive.ReadSegment(ctx, *entry)
 		if err != nil {
 			if permanent(err) {
@@ -230,7 +267,12 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 			}
 			return
 		}
-		j.seg = &seg
+		j.seg, j.segSHA = &seg, entry.SHA256
+	}
+	if rewritten {
+		// Invariant 5: from the start again; what the job passed before
+		// is passed again without being counted a second time.
+		j.quietBelow, idx = idx, 0
 	}
 	nowMs := now.UnixMilli()
 	b := d.jobBatch()
@@ -261,7 +303,9 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 			return
 		}
 		if local || occupied != nil || seen[env.ID] {
-			skipped++ // still in local history: resend it instead
+			if idx >= j.quietBelow { // else counted when first passed (invariant 5)
+				skipped++ // still in local history: resend it instead
+			}
 			continue
 		}
 		sinks, ok := d.o.Route(env.Source)
@@ -276,7 +320,7 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 		moved++
 		deliveries += len(sinks)
 	}
-	upd.Cursor = []byte(entry.Key + "\n" + strconv.Itoa(idx))
+	upd.Cursor = formatArchiveCursor(entry.Key, idx, entry.SHA256)
 	upd.Moved += int64(moved)
 	upd.Skipped += int64(skipped)
 	upd.UpdatedAt = now.UTC().Format(time.RFC3339Nano)

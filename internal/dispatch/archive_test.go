@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,5 +286,83 @@ func TestArchive_CrashBetweenUploadAndDelete(t *testing.T) {
 	}
 	if len(seen) != len(want) {
 		t.Errorf("archive holds seqs %v, want %v", seen, want)
+	}
+}
+
+// A job resumes a segment written again where it left it (invariant 5).
+// A sweep whose removal did not happen writes the same key again with the
+// hooks due since (A2). A job that had read the first version kept it, its
+// cursor reached that version's end, and the catalogue's entry counted
+// more: the job stayed running for good and the new hooks were never
+// replayed (found by a helper's review). The job passes the new version
+// from its start: a1, which it had passed while it was local, is archived
+// now and written back too, and counted once.
+func TestArchive_AJobResumesASegmentWrittenAgain(t *testing.T) {
+	clk := &clock{}
+	dir := t.TempDir()
+	a, _ := fileArchive(t, dir)
+	s := newScripted()
+	o := archiveOptions(clk, a)
+	var removalFails atomic.Bool
+	removalFails.Store(true)
+	e := setupBefore(t, map[uint16]dispatch.Target{0: {ID: "out", Sink: s}}, o, queue.Options{}, true, func(d *dispatch.Dispatcher) {
+		dispatch.SetAfterArchive(d, func() error {
+			if removalFails.Load() {
+				return errors.New("the removal does not happen (a crash, a failed store write)")
+			}
+			return nil
+		})
+	})
+	ctx := context.Background()
+	var ids [][16]byte
+	for _, body := range []string{"a1", "a2", "a3"} {
+		ids = append(ids, e.submit(t, body, "").ID)
+		s.next(t)
+	}
+	wantState(t, e.d, 3, "delivered")
+	clk.advance(61 * time.Minute)
+	testutil.Eventually(t, 10*time.Second, "a segment of 3 hooks", func() bool {
+		c := catalogue(t, dir)
+		return len(c.Segments) == 1 && c.Segments[0].Count == 3
+	})
+	j, err := e.d.CreateJob(ctx, dispatch.JobSpec{Kind: "archive", Rate: 1,
+		Since: time.Now().Add(-2 * time.Hour), Until: time.Now().Add(5 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// At one hook a second, the job's first step reads the segment and
+	// passes a1, still local.
+	waitSkipped := func() bool {
+		g, err := e.d.GetJob(ctx, j.ID)
+		return err == nil && g.Skipped >= 1
+	}
+	testutil.Eventually(t, 10*time.Second, "the job passed the first hook", waitSkipped)
+	if _, err := e.d.SetJobState(ctx, j.ID, dispatch.JobPaused); err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, e.submit(t, "a4", "").ID)
+	s.next(t)
+	wantState(t, e.d, 4, "delivered")
+	clk.advance(61 * time.Minute)
+	testutil.Eventually(t, 10*time.Second, "the segment written again with 4 hooks", func() bool {
+		c := catalogue(t, dir)
+		return len(c.Segments) == 1 && c.Segments[0].Count == 4
+	})
+	removalFails.Store(false)
+	testutil.Eventually(t, 10*time.Second, "all four archived and removed", func() bool {
+		n, _ := e.st.Count([]byte{store.PrefixHook})
+		return n == 0
+	})
+	if _, err := e.d.SetJobState(ctx, j.ID, dispatch.JobRunning); err != nil {
+		t.Fatal(err)
+	}
+	done := waitJob(t, e.d, j.ID, dispatch.JobDone)
+	if done.Moved != 4 || done.Skipped != 1 {
+		t.Errorf("job = moved %d, skipped %d; want 4 moved (a1..a4), 1 skipped (a1, local when first passed)", done.Moved, done.Skipped)
+	}
+	for i, id := range ids {
+		if local, err := e.st.HookIDStored(id); err != nil || !local {
+			t.Errorf("a%d stored after the job: %v (%v), want true", i+1, local, err)
+		}
 	}
 }

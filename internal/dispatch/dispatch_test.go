@@ -109,6 +109,14 @@ func setupWith(t *testing.T, targets map[uint16]dispatch.Target, o dispatch.Opti
 // own logger.
 func setupQueue(t *testing.T, targets map[uint16]dispatch.Target, o dispatch.Options, qo queue.Options, hot bool) *env {
 	t.Helper()
+	return setupBefore(t, targets, o, qo, hot, nil)
+}
+
+// setupBefore is setupQueue that calls before (if set) on the dispatcher
+// before it starts: for the test seams (export_test.go), which its
+// goroutines read.
+func setupBefore(t *testing.T, targets map[uint16]dispatch.Target, o dispatch.Options, qo queue.Options, hot bool, before func(*dispatch.Dispatcher)) *env {
+	t.Helper()
 	gate := testutil.NewWALSyncGate()
 	st := testutil.OpenStore(t, testutil.TempStoreDir(t), gate.Wrap(vfs.Default))
 	var d *dispatch.Dispatcher
@@ -139,6 +147,9 @@ func setupQueue(t *testing.T, targets map[uint16]dispatch.Target, o dispatch.Opt
 		o.Poll = 20 * time.Millisecond
 	}
 	d = dispatch.New(st, o)
+	if before != nil {
+		before(d)
+	}
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,10 @@ type job struct {
 	tokens float64
 	last   time.Time
 	seg    *archive.Segment // archive jobs: the segment the cursor is in, once read
+	segSHA string           // the sha256 of the catalogue entry seg was read under
+	// quietBelow: hooks of seg below this index were passed before it was
+	// written again, and are not counted again (archive.go invariant 5).
+	quietBelow int
 }
 
 // Releaser releases quarantined hooks for a replay job of kind quarantine.
