@@ -134,7 +134,9 @@ func setupBefore(t *testing.T, targets map[uint16]dispatch.Target, o dispatch.Op
 	}
 	q := testutil.StartQueue(t, st, qo)
 	o.Targets = targets
-	o.Durable = q.Durable
+	if o.Durable == nil {
+		o.Durable = q.Durable
+	}
 	o.OnReclaim = q.Reclaimed
 	o.OnStoreFailure = q.ReportStoreFailure // as the app wires it
 	if o.Logger == nil {

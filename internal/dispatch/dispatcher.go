@@ -342,11 +342,19 @@ func (d *Dispatcher) Start() error {
 	if err := d.loadJobs(); err != nil {
 		return err
 	}
+	// Under offLoop: a DeadLetterDue running off the loop (a source deleted
+	// through the admin API, which serves before dispatch starts) adds to
+	// the gauge; its write and its Add fall wholly before the count or
+	// wholly after the Store, never between them.
+	d.offLoop.Lock()
 	n, err := d.st.CountDead()
+	if err == nil {
+		d.deadGauge.Store(int64(n))
+	}
+	d.offLoop.Unlock()
 	if err != nil {
 		return fmt.Errorf("count dead rows: %w", err)
 	}
-	d.deadGauge.Store(int64(n))
 	if err := d.loadRetained(); err != nil {
 		return err
 	}
