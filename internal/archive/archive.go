@@ -23,7 +23,8 @@
 //	    key again replaces its entry (and its object), so a retried write
 //	    never lists a hook twice.
 //	A3. Nothing is returned from a segment whose bytes do not hash to its
-//	    catalogue entry's sha256 or whose signature does not verify.
+//	    catalogue entry's sha256 or whose signature does not verify (one
+//	    that verifies but is another write of its key is ErrStale).
 package archive
 
 import (
@@ -66,6 +67,13 @@ var (
 	ErrBadSignature = errors.New("archive: signature does not verify")
 	// ErrCorrupt: an object that cannot be parsed.
 	ErrCorrupt = errors.New("archive: corrupt object")
+	// ErrStale: a segment whose bytes differ from its catalogue entry but
+	// are a segment of its key that verifies: it was written again (A2)
+	// after that catalogue was read, as Write puts the segment before the
+	// catalogue. Worth reading the catalogue again; a caller that keeps
+	// meeting it for one entry may treat it as ErrBadSignature (an older
+	// signed copy put back in place verifies too).
+	ErrStale = errors.New("archive: segment written again since its catalogue entry")
 )
 
 // Attempt is one logged attempt of an archived hook.
@@ -295,6 +303,12 @@ func (a *Archive) ReadSegment(ctx context.Context, e Entry) (Segment, error) {
 	}
 	sum := sha256.Sum256(obj)
 	if hex.EncodeToString(sum[:]) != e.SHA256 {
+		if raw, err := a.open(segmentDomain, obj, "segment "+e.Key); err == nil {
+			var s Segment
+			if json.Unmarshal(raw, &s) == nil && s.Key == e.Key {
+				return Segment{}, fmt.Errorf("%w: segment %s: sha256 differs from the catalogue read", ErrStale, e.Key)
+			}
+		}
 		return Segment{}, fmt.Errorf("%w: segment %s: sha256 differs from the catalogue", ErrBadSignature, e.Key)
 	}
 	raw, err := a.open(segmentDomain, obj, "segment "+e.Key)

@@ -17,12 +17,14 @@ package dispatch
 //     job's cursor past it: a crash neither skips nor doubles a hook. It
 //     does not publish to the intake log (ADR section 1: the archive is the
 //     hook's durable copy). A hook whose id is still local is skipped.
-//  3. The rows a segment is built from are made durable (a WAL sync)
-//     before it is written: a power cut after the segment cannot bring back
-//     an older state of them (a delivery not yet recorded, so delivered and
-//     archived again under another key).
+//  3. The rows a segment is built from are made durable (a WAL sync of the
+//     store generation they were read from) before it is written: a power
+//     cut after the segment cannot bring back an older state of them (a
+//     delivery not yet recorded, so delivered and archived again under
+//     another key), and neither can a store reopen between the reads and
+//     the sync (the pass then writes nothing; found by a helper's review).
 //  4. A segment that fails its signature or hash fails the job; nothing
-//     from it is written.
+//     from it is written (but see 6).
 //  5. A job does not stop at the end of a segment that was written again.
 //     A sweep whose removal did not happen (a crash, a failed write, a
 //     reopen that dropped it) writes the same key again with the hooks due
@@ -33,9 +35,16 @@ package dispatch
 //     wrote back is local now and skipped (invariant 2), a hook it had
 //     passed as local and that has been archived since is written back
 //     now, and nothing passed before is counted twice. Before, a job that
-//     held the first
-//     version stopped at that version's end for good, the catalogue's entry
-//     counting more hooks (found by a helper's review).
+//     held the first version stopped at that version's end for good, the
+//     catalogue's entry counting more hooks (found by a helper's review).
+//  6. A segment met between its rewrite and the catalogue's
+//     (archive.ErrStale: it verifies, but is not the catalogue entry's
+//     bytes) is read again at the next tick; the job fails on it, as on a
+//     tampered one, only if one entry stays stale past archiveTimeout, the
+//     bound of the write that would have replaced it (an older signed copy
+//     put back in place verifies too). Before, the job failed at once with
+//     "sha256 differs from the catalogue", a tamper alarm for an ordinary
+//     rewrite (found by a helper's review).
 
 import (
 	"context"
@@ -90,6 +99,9 @@ func (d *Dispatcher) archiveLoop(ctx context.Context) {
 
 // archivePass archives and removes one segment's worth of due hooks.
 func (d *Dispatcher) archivePass(ctx context.Context) (more bool, err error) {
+	// Invariant 3 holds only if the sync below is of the generation the
+	// pass reads from: a reopen in between drops unsynced rows it read.
+	gen := d.st.Generation()
 	vs, more, err := d.pick(d.o.SegmentBytes)
 	if err != nil || len(vs) == 0 {
 		return false, err
@@ -105,8 +117,14 @@ func (d *Dispatcher) archivePass(ctx context.Context) (more bool, err error) {
 		}
 	}
 	if len(hooks) > 0 {
+		if d.beforeArchiveSync != nil {
+			d.beforeArchiveSync()
+		}
 		if err := d.st.SyncWAL(); err != nil { // invariant 3
 			return false, fmt.Errorf("sync before archiving: %w", err)
+		}
+		if g := d.st.Generation(); g != gen {
+			return false, fmt.Errorf("sync before archiving: the store was reopened during the pass (generation %d, read from %d)", g, gen)
 		}
 		wctx, cancel := context.WithTimeout(ctx, archiveTimeout)
 		e, err := d.o.Archive.Write(wctx, hooks)
@@ -259,6 +277,17 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 	}
 	if j.seg == nil || j.seg.Key != entry.Key || j.segSHA != entry.SHA256 {
 		seg, err := d.o.Archive.ReadSegment(ctx, *entry)
+		if errors.Is(err, archive.ErrStale) {
+			// Invariant 6: written again since the catalogue was read.
+			if j.staleSHA != entry.SHA256 {
+				j.staleSHA, j.staleSince = entry.SHA256, now
+			}
+			if now.Sub(j.staleSince) < archiveTimeout {
+				d.log.Warn("archive replay: the segment was written again since the catalogue was read; retried next tick", "job", j.ID, "key", entry.Key)
+				return
+			}
+			err = fmt.Errorf("%w: %w", archive.ErrBadSignature, err)
+		}
 		if err != nil {
 			if permanent(err) {
 				fail(err) // the error names the segment

@@ -269,6 +269,9 @@ type Dispatcher struct {
 	// segment was written and before its hooks' rows are removed; an error
 	// stops the pass there (a crash is simulated there).
 	afterArchive func() error
+	// beforeArchiveSync is a test seam: called by the archive goroutine
+	// after it read a pass's hooks and before the WAL sync of invariant 3.
+	beforeArchiveSync func()
 	// bg is the archive goroutine, stopped with the loop.
 	bg sync.WaitGroup
 }

@@ -70,6 +70,10 @@ type job struct {
 	// quietBelow: hooks of seg below this index were passed before it was
 	// written again, and are not counted again (archive.go invariant 5).
 	quietBelow int
+	// staleSHA, staleSince: the catalogue entry whose segment read back as
+	// written again since, and when first (archive.go invariant 6).
+	staleSHA   string
+	staleSince time.Time
 }
 
 // Releaser releases quarantined hooks for a replay job of kind quarantine.

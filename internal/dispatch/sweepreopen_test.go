@@ -139,3 +139,101 @@ func TestHistory_AReopenThatDropsASweepCountsTheRetainedHooksAgain(t *testing.T)
 		})
 	}
 }
+
+// The rows an archive pass builds a segment from are synced before it is
+// written (invariant 3), and a sync of another store generation does not
+// make them so: a reopen between the pass's reads and its sync dropped the
+// unsynced outcome that retained the hook, the sync of the reopened store
+// succeeded, and the segment held a state the store no longer had. The hook
+// was then delivered again, retained again and archived a second time
+// under another key (found by a helper's review). The pass now gives up
+// when the store's generation changed since it read.
+func TestArchive_APassWhoseRowsAReopenDroppedWritesNoSegment(t *testing.T) {
+	faults := &walWriteFaults{}
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), errorfs.Wrap(vfs.Default, faults))
+	var dp atomic.Pointer[dispatch.Dispatcher]
+	q := testutil.StartQueue(t, st, queue.Options{
+		FenceRetry: 10 * time.Millisecond,
+		OnDurable: func() {
+			if d := dp.Load(); d != nil {
+				d.Wake()
+			}
+		},
+	})
+	clk := &clock{}
+	archiveDir := t.TempDir()
+	a, _ := fileArchive(t, archiveDir)
+	o := archiveOptions(clk, a)
+	s := newScripted()
+	o.Targets = map[uint16]dispatch.Target{0: {ID: "out", Sink: s}}
+	o.Durable, o.OnReclaim, o.OnStoreFailure = q.Durable, q.Reclaimed, q.ReportStoreFailure
+	o.Logger, o.Poll = testutil.Logger(t), 10*time.Millisecond
+	o.Retry = dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5}
+	d := dispatch.New(st, o)
+	var once atomic.Bool
+	dispatch.SetBeforeArchiveSync(d, func() {
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		// Another writer's fsync meets the outcome's failed write here, and
+		// the queue's fence reopens the store, dropping the outcome.
+		gen := st.Generation()
+		if err := st.SyncWAL(); err == nil {
+			t.Error("sync over the failing WAL write succeeded")
+		}
+		faults.on.Store(false)
+		r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
+			Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+		if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
+			t.Errorf("submit over the failed store: %v, want store_unavailable", err)
+		}
+		testutil.Eventually(t, 10*time.Second, "the store reopened", func() bool {
+			return st.Generation() != gen && st.Failed() == nil
+		})
+	})
+	dp.Store(d)
+	block := make(chan struct{})
+	s.block = block
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	e := &env{st: st, q: q, d: d}
+
+	res := e.submit(t, "archived once", "")
+	testutil.Receive(t, s.entered, "the delivery never reached the sink")
+	// The outcome's batch (the retained row) is the next WAL write: it
+	// fails after Pebble reported it applied.
+	faults.on.Store(true)
+	s.unblock(block)
+	if m := s.next(t); m.Seq != res.Seq {
+		t.Fatalf("attempt for seq %d, want %d", m.Seq, res.Seq)
+	}
+	testutil.Eventually(t, 10*time.Second, "the outcome applied", func() bool {
+		n, _ := st.Count([]byte{store.PrefixRetained})
+		return n == 1
+	})
+	clk.advance(61 * time.Minute)
+	// The pass reads the hook, the seam reopens the store; the hook is due
+	// again and delivered again, retained again, and swept for good once
+	// its retention passes again.
+	if m := s.next(t); m.Seq != res.Seq {
+		t.Fatalf("second attempt for seq %d, want %d", m.Seq, res.Seq)
+	}
+	if !once.Load() {
+		t.Fatal("the hook was attempted again with no archive pass reaching its sync")
+	}
+	wantState(t, d, 1, "delivered")
+	clk.advance(61 * time.Minute)
+	testutil.Eventually(t, 10*time.Second, "the hook archived and removed", func() bool {
+		n, _ := st.Count([]byte{store.PrefixHook})
+		return n == 0
+	})
+	total := 0
+	for _, sg := range catalogue(t, archiveDir).Segments {
+		total += sg.Count
+	}
+	if total != 1 {
+		t.Fatalf("the archive holds the hook %d times, want once", total)
+	}
+}

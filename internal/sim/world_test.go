@@ -203,7 +203,7 @@ type world struct {
 	// The dlq class (dlqreplay_test.go): its draws and the jobs answered.
 	dlq     dlqReplayer
 	dlqJobs []*dlqJob
-	clients   sync.WaitGroup
+	clients sync.WaitGroup
 }
 
 type violation struct {
