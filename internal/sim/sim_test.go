@@ -160,7 +160,7 @@ func (w *world) run() {
 	w.checkLive()
 	w.drain()
 	if n := w.current(); n != nil {
-		w.checkpoint()
+		w.checkpoint(true)
 		w.checkPen(n)
 		w.checkSingleDeletes(n)
 		w.mu.Lock()
@@ -185,7 +185,7 @@ func (w *world) event(kind string) {
 	case "submit":
 		w.submitBurst(1 + r.IntN(3))
 	case "check":
-		w.checkpoint()
+		w.checkpoint(false)
 	case "fsync":
 		k := 1 + r.IntN(2)
 		w.faults.set(func(f *diskFaults) { f.failSyncs += k })

@@ -592,6 +592,16 @@ func (w *world) recover(n *node, restored bool, carry *[]uint64) error {
 		for id := range w.dropped {
 			w.excused[id] = true
 		}
+		// Rule 6 forgives the seqs of the hooks lost in the gap: their
+		// records are gone from the log and their rows from the store, so
+		// a fresh store whose whole past aged out of the log counts its
+		// seqs from the start again (nothing holds them; the sinks and the
+		// log tell hooks apart by id).
+		for s, id := range w.seqID {
+			if w.excused[id] {
+				delete(w.seqID, s)
+			}
+		}
 		w.mu.Unlock()
 		ro.AllowGap = true
 		sum, err = queue.Recover(ctx, n.st, ro)
