@@ -45,11 +45,20 @@ package dispatch
 //     put back in place verifies too). Before, the job failed at once with
 //     "sha256 differs from the catalogue", a tamper alarm for an ordinary
 //     rewrite (found by a helper's review).
+//  7. An archive job's reads (the catalogue, a segment: an object store's
+//     round trips, up to archiveTimeout each) run off the loop
+//     (fetchArchive), one per job at a time, and a step uses only what was
+//     read for its job's cursor as it stands. Before, they ran on the loop,
+//     and a slow or unreachable object store held every delivery, outcome
+//     and operator call behind the job's read for up to a minute a tick
+//     (found by a helper's review).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -208,11 +217,107 @@ func formatArchiveCursor(key string, idx int, sha string) []byte {
 	return []byte(c)
 }
 
+// archivePos is where an archive job's next step reads: the catalogue
+// entry (nil: the job is done), and the cursor's key, index and sha256 as
+// that step counts them.
+type archivePos struct {
+	entry     *archive.Entry
+	key       string
+	idx       int
+	sha       string
+	rewritten bool // the cursor's segment, written again since (invariant 5)
+}
+
+// nextSegment finds j's next segment in cat from cursor, given the segment
+// the job holds (seg, read under segSHA; nil for none). Pure: the loop and
+// the read off it (fetchArchive) both call it.
+func nextSegment(cat archive.Catalogue, cursor []byte, seg *archive.Segment, segSHA string, sinceMs, untilMs int64) archivePos {
+	key, idx, sha := archiveCursor(cursor)
+	if sha == "" && seg != nil && seg.Key == key {
+		sha = segSHA // a cursor written before the sha256 was kept
+	}
+	sinceNs, untilNs := sinceMs*int64(time.Millisecond), (untilMs+1)*int64(time.Millisecond)-1
+	p := archivePos{key: key, idx: idx, sha: sha}
+	for i := range cat.Segments {
+		e := &cat.Segments[i]
+		if e.Key < p.key {
+			continue
+		}
+		if e.Key == p.key {
+			p.rewritten = p.idx > 0 && p.sha != "" && p.sha != e.SHA256
+			if p.idx >= e.Count && !p.rewritten {
+				continue
+			}
+		}
+		if e.Key > p.key {
+			p.key, p.idx, p.sha, p.rewritten = e.Key, 0, "", false
+		}
+		if e.MaxReceivedNs < sinceNs || e.MinReceivedNs > untilNs {
+			continue // nothing of the range in it
+		}
+		p.entry = e
+		break
+	}
+	return p
+}
+
+// archiveRead is what fetchArchive read for a job, for the cursor it read
+// from: the catalogue, and the segment the next step needs unless the job
+// held it (seg nil).
+type archiveRead struct {
+	cursor []byte
+	cat    archive.Catalogue
+	catErr error
+	seg    *archive.Segment
+	segSHA string
+	segErr error
+}
+
+// fetchArchive reads, off the loop, what j's next step needs (invariant
+// 7), and hands it to the loop for the next tick; one read per job at a
+// time. Its goroutine is the Dispatcher's (bg): Stop cancels and waits
+// for it.
+func (d *Dispatcher) fetchArchive(j *job) {
+	if j.fetching || d.loopCtx == nil {
+		return
+	}
+	j.fetching = true
+	cursor := slices.Clone(j.Cursor)
+	seg, segSHA, sinceMs, untilMs := j.seg, j.segSHA, j.SinceMs, j.UntilMs
+	ctx := d.loopCtx
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		rctx, cancel := context.WithTimeout(ctx, archiveTimeout)
+		defer cancel()
+		r := &archiveRead{cursor: cursor}
+		r.cat, r.catErr = d.o.Archive.Catalogue(rctx)
+		if r.catErr == nil {
+			p := nextSegment(r.cat, cursor, seg, segSHA, sinceMs, untilMs)
+			if e := p.entry; e != nil && (seg == nil || seg.Key != e.Key || segSHA != e.SHA256) {
+				s, err := d.o.Archive.ReadSegment(rctx, *e)
+				r.seg, r.segSHA, r.segErr = &s, e.SHA256, err
+			}
+		}
+		select {
+		case d.cmds <- func() { j.fetching, j.fetched = false, r }:
+		case <-ctx.Done():
+		}
+	}()
+}
+
 // stepArchive re-drives up to n archived hooks of j (invariant 2). It reads
-// at most one segment per step, and keeps it for the next steps.
+// at most one segment per step, and keeps it for the next steps; the reads
+// are fetchArchive's, off the loop (invariant 7).
 func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
-	ctx, cancel := context.WithTimeout(context.Background(), archiveTimeout)
-	defer cancel()
+	r := j.fetched
+	j.fetched = nil
+	if r == nil || !bytes.Equal(r.cursor, j.Cursor) {
+		// Nothing read yet, or read for a cursor a reopen or a pause
+		// has moved since (J1).
+		d.fetchArchive(j)
+		return
+	}
 	upd := j.Job
 	fail := func(err error) {
 		upd.State, upd.Error = JobFailed, err.Error()
@@ -226,8 +331,7 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 	permanent := func(err error) bool {
 		return errors.Is(err, archive.ErrBadSignature) || errors.Is(err, archive.ErrCorrupt)
 	}
-	cat, err := d.o.Archive.Catalogue(ctx)
-	if err != nil {
+	if err := r.catErr; err != nil {
 		if permanent(err) {
 			fail(err)
 		} else {
@@ -235,33 +339,9 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 		}
 		return
 	}
-	key, idx, sha := archiveCursor(j.Cursor)
-	if sha == "" && j.seg != nil && j.seg.Key == key {
-		sha = j.segSHA // a cursor written before the sha256 was kept
-	}
+	p := nextSegment(r.cat, j.Cursor, j.seg, j.segSHA, j.SinceMs, j.UntilMs)
+	entry, key, idx, sha := p.entry, p.key, p.idx, p.sha
 	sinceNs, untilNs := j.SinceMs*int64(time.Millisecond), (j.UntilMs+1)*int64(time.Millisecond)-1
-	var entry *archive.Entry
-	rewritten := false // the cursor's segment, written again since (invariant 5)
-	for i := range cat.Segments {
-		e := &cat.Segments[i]
-		if e.Key < key {
-			continue
-		}
-		if e.Key == key {
-			rewritten = idx > 0 && sha != "" && sha != e.SHA256
-			if idx >= e.Count && !rewritten {
-				continue
-			}
-		}
-		if e.Key > key {
-			key, idx, sha = e.Key, 0, ""
-		}
-		if e.MaxReceivedNs < sinceNs || e.MinReceivedNs > untilNs {
-			continue // nothing of the range in it
-		}
-		entry = e
-		break
-	}
 	if entry == nil {
 		upd.State = JobDone
 		upd.Cursor = formatArchiveCursor(key, idx, sha)
@@ -276,7 +356,11 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 		j.quietBelow = 0
 	}
 	if j.seg == nil || j.seg.Key != entry.Key || j.segSHA != entry.SHA256 {
-		seg, err := d.o.Archive.ReadSegment(ctx, *entry)
+		if r.seg == nil || r.segSHA != entry.SHA256 {
+			d.fetchArchive(j) // read for another segment than this step's
+			return
+		}
+		seg, err := *r.seg, r.segErr
 		if errors.Is(err, archive.ErrStale) {
 			// Invariant 6: written again since the catalogue was read.
 			if j.staleSHA != entry.SHA256 {
@@ -298,7 +382,7 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 		}
 		j.seg, j.segSHA = &seg, entry.SHA256
 	}
-	if rewritten {
+	if p.rewritten {
 		// Invariant 5: from the start again; what the job passed before
 		// is passed again without being counted a second time.
 		j.quietBelow, idx = idx, 0

@@ -447,3 +447,64 @@ func TestArchive_AJobReadsASegmentWrittenAgainMidReadAgain(t *testing.T) {
 		t.Fatalf("job = %+v, want 1 moved", done)
 	}
 }
+
+// heldReads is the archive with its segment reads held until released: a
+// slow or unreachable object store (a test double: the stall is the
+// point).
+type heldReads struct {
+	*archive.Archive
+	hold    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldReads) ReadSegment(ctx context.Context, e archive.Entry) (archive.Segment, error) {
+	if h.hold.Load() {
+		h.entered <- struct{}{}
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return archive.Segment{}, ctx.Err()
+		}
+	}
+	return h.Archive.ReadSegment(ctx, e)
+}
+
+// An archive job's segment read runs off the dispatch loop (invariant 7):
+// while it stalls, a fresh hook is delivered. Before, the read ran on the
+// loop, and nothing was delivered, recorded or answered to an operator
+// until it returned, up to a minute a tick (found by a helper's review).
+func TestArchive_AJobsSlowReadDoesNotHoldDelivery(t *testing.T) {
+	clk := &clock{}
+	a, _ := fileArchive(t, t.TempDir())
+	h := &heldReads{Archive: a, entered: make(chan struct{}, 16), release: make(chan struct{})}
+	s := newScripted()
+	e := setup(t, s, archiveOptions(clk, h))
+	e.submit(t, "old", "")
+	s.next(t)
+	wantState(t, e.d, 1, "delivered")
+	clk.advance(61 * time.Minute)
+	testutil.Eventually(t, 10*time.Second, "archived and removed", func() bool {
+		n, _ := e.st.Count([]byte{store.PrefixHook})
+		return n == 0
+	})
+	h.hold.Store(true)
+	j, err := e.d.CreateJob(context.Background(), dispatch.JobSpec{Kind: "archive",
+		Since: time.Now().Add(-2 * time.Hour), Until: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Receive(t, h.entered, "the job never read its segment")
+	fresh := e.submit(t, "fresh", "")
+	if m := s.next(t); m.Seq != fresh.Seq {
+		t.Fatalf("delivered seq %d while the read stalls, want the fresh hook's %d", m.Seq, fresh.Seq)
+	}
+	h.hold.Store(false)
+	close(h.release)
+	if done := waitJob(t, e.d, j.ID, dispatch.JobDone); done.Moved != 1 {
+		t.Fatalf("job = %+v, want 1 moved", done)
+	}
+	if m := s.next(t); m.Body == nil || string(m.Body) != "old" {
+		t.Fatalf("replayed %q, want the archived hook", m.Body)
+	}
+}

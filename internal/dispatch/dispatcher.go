@@ -272,7 +272,11 @@ type Dispatcher struct {
 	// beforeArchiveSync is a test seam: called by the archive goroutine
 	// after it read a pass's hooks and before the WAL sync of invariant 3.
 	beforeArchiveSync func()
-	// bg is the archive goroutine, stopped with the loop.
+	// loopCtx is the loop's context (Start), for the goroutines the loop
+	// starts (fetchArchive); cancelled by Stop.
+	loopCtx context.Context
+	// bg is the archive goroutine and the archive jobs' reads, stopped
+	// with the loop.
 	bg sync.WaitGroup
 }
 
@@ -364,6 +368,7 @@ func (d *Dispatcher) Start() error {
 	d.gen = d.st.Generation()
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
+	d.loopCtx = ctx
 	d.done = make(chan struct{})
 	// Under offLoop: a DeadLetterDue that saw started false and runs off
 	// the loop finishes before the loop starts (it writes the hot cache's

@@ -74,6 +74,10 @@ type job struct {
 	// written again since, and when first (archive.go invariant 6).
 	staleSHA   string
 	staleSince time.Time
+	// fetching: an archive read for this job runs off the loop; fetched is
+	// what the last one read, for the next step (archive.go invariant 7).
+	fetching bool
+	fetched  *archiveRead
 }
 
 // Releaser releases quarantined hooks for a replay job of kind quarantine.
