@@ -278,8 +278,8 @@ type archiveRead struct {
 // time. Its goroutine is the Dispatcher's (bg): Stop cancels and waits
 // for it.
 func (d *Dispatcher) fetchArchive(j *job) {
-	if j.fetching || d.loopCtx == nil {
-		return
+	if j.fetching || d.loopCtx == nil || d.loopCtx.Err() != nil {
+		return // Stop has begun: no goroutine is started past its Wait
 	}
 	j.fetching = true
 	cursor := slices.Clone(j.Cursor)
@@ -384,8 +384,10 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 	}
 	if p.rewritten {
 		// Invariant 5: from the start again; what the job passed before
-		// is passed again without being counted a second time.
-		j.quietBelow, idx = idx, 0
+		// (in this version or an earlier one: a segment can be written
+		// again while the job is in the quiet part) is passed again
+		// without being counted a second time.
+		j.quietBelow, idx = max(j.quietBelow, idx), 0
 	}
 	nowMs := now.UnixMilli()
 	b := d.jobBatch()
@@ -400,10 +402,20 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 		if h.ReceivedAtNs < sinceNs || h.ReceivedAtNs > untilNs {
 			continue
 		}
-		used++
+		// Invariant 5: a hook passed before the segment was written again
+		// is passed again at no cost to the rate and not counted again,
+		// unless it is written back now. (At the rate's cost, a sweep that
+		// keeps writing the segment again, its removal failing, held the
+		// job at the segment's first hooks for as long as it did.)
+		quiet := idx < j.quietBelow
+		if !quiet {
+			used++
+		}
 		env, err := store.DecodeEnvelope(h.Envelope)
 		if err != nil || env.Seq != h.Seq || (j.SourceID != "" && env.Source != j.SourceID) {
-			skipped++
+			if !quiet {
+				skipped++
+			}
 			continue
 		}
 		// Skipped, never written twice (a malformed id row counts too).
@@ -416,10 +428,13 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 			return
 		}
 		if local || occupied != nil || seen[env.ID] {
-			if idx >= j.quietBelow { // else counted when first passed (invariant 5)
+			if !quiet {
 				skipped++ // still in local history: resend it instead
 			}
 			continue
+		}
+		if quiet {
+			used++ // written back now: that is the rate's
 		}
 		sinks, ok := d.o.Route(env.Source)
 		if !ok || len(sinks) == 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -506,5 +507,56 @@ func TestArchive_AJobsSlowReadDoesNotHoldDelivery(t *testing.T) {
 	}
 	if m := s.next(t); m.Body == nil || string(m.Body) != "old" {
 		t.Fatalf("replayed %q, want the archived hook", m.Body)
+	}
+}
+
+// A job finishes a segment that a sweep keeps writing again (its removal
+// failing every pass, so every pass writes the key anew: the segment's
+// bytes carry their write time), and counts each hook once (invariant 5).
+// Before, each rewrite sent the job back to the segment's start at the
+// rate's cost, so a job slower than the sweep never passed its first
+// hooks, and a second rewrite while the job was still in the part it had
+// passed counted those hooks again (both found by a helper's review).
+func TestArchive_AJobFinishesASegmentWrittenAgainEveryPass(t *testing.T) {
+	clk := &clock{}
+	dir := t.TempDir()
+	a, _ := fileArchive(t, dir)
+	s := newScripted()
+	o := archiveOptions(clk, a)
+	o.SweepInterval = 300 * time.Millisecond
+	e := setupBefore(t, map[uint16]dispatch.Target{0: {ID: "out", Sink: s}}, o, queue.Options{}, true, func(d *dispatch.Dispatcher) {
+		dispatch.SetAfterArchive(d, func() error { return errors.New("the removal does not happen") })
+	})
+	ctx := context.Background()
+	const hooks = 6
+	for i := range hooks {
+		e.submit(t, fmt.Sprintf("a%d", i+1), "")
+		s.next(t)
+	}
+	wantState(t, e.d, hooks, "delivered")
+	clk.advance(61 * time.Minute)
+	var first string
+	testutil.Eventually(t, 10*time.Second, "a segment of every hook", func() bool {
+		c := catalogue(t, dir)
+		if len(c.Segments) == 1 && c.Segments[0].Count == hooks {
+			first = c.Segments[0].SHA256
+			return true
+		}
+		return false
+	})
+	testutil.Eventually(t, 10*time.Second, "the segment written again", func() bool {
+		c := catalogue(t, dir)
+		return len(c.Segments) == 1 && c.Segments[0].SHA256 != first
+	})
+	// Two hooks a second against a rewrite every 0.3 s: the hooks are all
+	// still local (the removal fails), so the job passes them all.
+	j, err := e.d.CreateJob(ctx, dispatch.JobSpec{Kind: "archive", Rate: 2,
+		Since: time.Now().Add(-2 * time.Hour), Until: time.Now().Add(5 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := waitJob(t, e.d, j.ID, dispatch.JobDone)
+	if done.Moved != 0 || done.Skipped != hooks {
+		t.Fatalf("job = moved %d, skipped %d; want 0 moved, %d skipped (each hook counted once)", done.Moved, done.Skipped, hooks)
 	}
 }

@@ -29,9 +29,14 @@ func (d *Dispatcher) DeadLetterDue(ctx context.Context, nums map[uint16]bool, re
 	run := func() { moved, err = d.deadLetterDue(nums, reason) }
 	if !d.started.Load() {
 		d.offLoop.Lock()
-		defer d.offLoop.Unlock()
-		run()
-		return moved, err
+		// Again under the lock: a Start in between has started the loop,
+		// which now owns the rows.
+		if !d.started.Load() {
+			defer d.offLoop.Unlock()
+			run()
+			return moved, err
+		}
+		d.offLoop.Unlock()
 	}
 	if derr := d.do(ctx, run); derr != nil {
 		return 0, derr

@@ -406,8 +406,12 @@ func (d *Dispatcher) Stop() {
 	}
 	d.hot.open.Store(false)
 	d.cancel()
-	d.bg.Wait()
+	// The loop first: it starts goroutines of bg (fetchArchive), so bg is
+	// waited for only once it has exited. Neither the archive goroutine
+	// nor a read waits on the loop once it is gone (do and the reads'
+	// hand-over select on done or the context).
 	<-d.done
+	d.bg.Wait()
 }
 
 func (d *Dispatcher) run(ctx context.Context) {
