@@ -1,7 +1,6 @@
 package dispatch_test
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"slices"
@@ -138,10 +137,8 @@ func TestDispatch_AnOutcomeIsNotWrittenOverRowsAReopenSettled(t *testing.T) {
 				gen := e.st.Generation()
 				failCommit := func() {
 					e.gate.FailNext(1)
-					r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
-						Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
-					if _, err := e.q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
-						t.Fatalf("submit over a failing fsync: %v, want store_unavailable", err)
+					if !submitRefused(t, e.q) {
+						t.FailNow()
 					}
 				}
 				reopened := func() {

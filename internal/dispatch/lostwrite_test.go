@@ -41,6 +41,21 @@ func (f *walWriteFaults) MaybeError(op errorfs.Op) error {
 	return nil
 }
 
+// submitRefused submits a hook over a store whose WAL write or fsync has
+// failed, which fences the queue (its reopen then drops what the WAL lost),
+// and reports whether it was refused store_unavailable as it must be.
+// Errorf, not Fatalf: seams call it off the test's goroutine.
+func submitRefused(t testing.TB, q *queue.Queue) bool {
+	t.Helper()
+	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
+		Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
+	if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
+		t.Errorf("submit over the failed store: %v, want store_unavailable", err)
+		return false
+	}
+	return true
+}
+
 // lostOutcome runs one hook's first attempt (answered by s's script) and
 // loses its outcome: the outcome's batch is applied, Pebble reports it
 // done, its WAL write fails, and the fence's reopen (forced by the next
@@ -109,10 +124,8 @@ func lostOutcome(t *testing.T, s *scriptedSink, applied func(*env) bool) (*env, 
 	faults.on.Store(false)
 	// The next commit's fsync reports the failed write and fences; the
 	// fence's reopen drops what the WAL lost.
-	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
-		Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
-	if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
-		t.Fatalf("submit over the failed store: %v, want store_unavailable", err)
+	if !submitRefused(t, q) {
+		t.FailNow()
 	}
 	return e, res
 }
@@ -247,10 +260,8 @@ func (w *replayWorld) loseStep(t *testing.T, deadAfter uint64) {
 // the WAL lost.
 func (w *replayWorld) fence(t *testing.T) {
 	t.Helper()
-	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
-		Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
-	if _, err := w.q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
-		t.Fatalf("submit over the failed store: %v, want store_unavailable", err)
+	if !submitRefused(t, w.q) {
+		t.FailNow()
 	}
 }
 

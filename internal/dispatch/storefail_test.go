@@ -1,7 +1,6 @@
 package dispatch_test
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -77,10 +76,8 @@ func TestDispatch_DeliveryFinishingWhileTheStoreCannotReopenDoesNotPanic(t *test
 	// The next fsync fails and every reopen fails with it.
 	gate.FailOpens(true)
 	gate.FailNext(1)
-	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
-		Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
-	if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
-		t.Fatalf("submit over the failing fsync: %v, want store_unavailable", err)
+	if !submitRefused(t, q) {
+		t.FailNow()
 	}
 	testutil.Eventually(t, 10*time.Second, "a failed reopen (no DB generation open)", func() bool {
 		return errors.Is(st.Failed(), store.ErrClosed)
@@ -232,10 +229,8 @@ func TestDispatch_OutcomeLostToAStoreFaultIsRecordedOnceTheStoreIsBack(t *testin
 	// A failed fsync fences the queue and its reopens fail for a while.
 	gate.FailOpens(true)
 	gate.FailNext(1)
-	r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
-		Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
-	if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
-		t.Fatalf("submit over the failing fsync: %v, want store_unavailable", err)
+	if !submitRefused(t, q) {
+		t.FailNow()
 	}
 	testutil.Eventually(t, 10*time.Second, "a failed reopen (no DB generation open)", func() bool {
 		return errors.Is(st.Failed(), store.ErrClosed)

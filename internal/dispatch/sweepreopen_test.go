@@ -1,8 +1,6 @@
 package dispatch_test
 
 import (
-	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/ankusa/ankusa/internal/dispatch"
 	"github.com/ankusa/ankusa/internal/queue"
+	"github.com/ankusa/ankusa/internal/sink"
 	"github.com/ankusa/ankusa/internal/store"
 	"github.com/ankusa/ankusa/internal/testutil"
 )
@@ -34,17 +33,6 @@ func TestHistory_AReopenThatDropsASweepCountsTheRetainedHooksAgain(t *testing.T)
 		{"archive sweep", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			faults := &walWriteFaults{}
-			st := testutil.OpenStore(t, testutil.TempStoreDir(t), errorfs.Wrap(vfs.Default, faults))
-			var dp atomic.Pointer[dispatch.Dispatcher]
-			q := testutil.StartQueue(t, st, queue.Options{
-				FenceRetry: 10 * time.Millisecond,
-				OnDurable: func() {
-					if d := dp.Load(); d != nil {
-						d.Wake()
-					}
-				},
-			})
 			clk := &clock{}
 			o := dispatch.Options{Retention: time.Hour, SweepInterval: 5 * time.Millisecond, Now: clk.now}
 			archiveDir := t.TempDir()
@@ -53,31 +41,22 @@ func TestHistory_AReopenThatDropsASweepCountsTheRetainedHooksAgain(t *testing.T)
 				o = archiveOptions(clk, a)
 			}
 			s := newScripted()
-			o.Targets = map[uint16]dispatch.Target{0: {ID: "out", Sink: s}}
-			o.Durable, o.OnReclaim, o.OnStoreFailure = q.Durable, q.Reclaimed, q.ReportStoreFailure
-			o.Logger = testutil.Logger(t)
-			o.Poll = 10 * time.Millisecond
-			o.Retry = dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5}
-			d := dispatch.New(st, o)
 			// The sweep's removal batch is the next WAL write once armed: on
 			// the loop, the sweep's first write; with an archive, the write
 			// after the segment is in the archive (before it, the archive
 			// pass syncs the WAL, invariant 3, which must succeed).
 			var armed atomic.Bool
-			if tc.archive {
-				dispatch.SetAfterArchive(d, func() error {
-					if armed.CompareAndSwap(true, false) {
-						faults.on.Store(true)
-					}
-					return nil
-				})
-			}
-			dp.Store(d)
-			if err := d.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(d.Stop)
-			e := &env{st: st, q: q, d: d}
+			e, faults := faultyEnv(t, s, o, func(e *env, faults *walWriteFaults) {
+				if tc.archive {
+					dispatch.SetAfterArchive(e.d, func() error {
+						if armed.CompareAndSwap(true, false) {
+							faults.on.Store(true)
+						}
+						return nil
+					})
+				}
+			})
+			st, q, d := e.st, e.q, e.d
 
 			const body = "kept for an hour"
 			e.submit(t, body, "")
@@ -107,10 +86,8 @@ func TestHistory_AReopenThatDropsASweepCountsTheRetainedHooksAgain(t *testing.T)
 			faults.on.Store(false)
 			// The next commit fences; the reopen replays what the WAL kept:
 			// the hook, its retained row.
-			r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
-				Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
-			if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
-				t.Fatalf("submit over the failed store: %v, want store_unavailable", err)
+			if !submitRefused(t, q) {
+				t.FailNow()
 			}
 			testutil.Eventually(t, 10*time.Second, "the store reopened", func() bool {
 				return st.Generation() != gen && st.Failed() == nil
@@ -149,56 +126,33 @@ func TestHistory_AReopenThatDropsASweepCountsTheRetainedHooksAgain(t *testing.T)
 // under another key (found by a helper's review). The pass now gives up
 // when the store's generation changed since it read.
 func TestArchive_APassWhoseRowsAReopenDroppedWritesNoSegment(t *testing.T) {
-	faults := &walWriteFaults{}
-	st := testutil.OpenStore(t, testutil.TempStoreDir(t), errorfs.Wrap(vfs.Default, faults))
-	var dp atomic.Pointer[dispatch.Dispatcher]
-	q := testutil.StartQueue(t, st, queue.Options{
-		FenceRetry: 10 * time.Millisecond,
-		OnDurable: func() {
-			if d := dp.Load(); d != nil {
-				d.Wake()
-			}
-		},
-	})
 	clk := &clock{}
 	archiveDir := t.TempDir()
 	a, _ := fileArchive(t, archiveDir)
-	o := archiveOptions(clk, a)
 	s := newScripted()
-	o.Targets = map[uint16]dispatch.Target{0: {ID: "out", Sink: s}}
-	o.Durable, o.OnReclaim, o.OnStoreFailure = q.Durable, q.Reclaimed, q.ReportStoreFailure
-	o.Logger, o.Poll = testutil.Logger(t), 10*time.Millisecond
-	o.Retry = dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5}
-	d := dispatch.New(st, o)
-	var once atomic.Bool
-	dispatch.SetBeforeArchiveSync(d, func() {
-		if !once.CompareAndSwap(false, true) {
-			return
-		}
-		// Another writer's fsync meets the outcome's failed write here, and
-		// the queue's fence reopens the store, dropping the outcome.
-		gen := st.Generation()
-		if err := st.SyncWAL(); err == nil {
-			t.Error("sync over the failing WAL write succeeded")
-		}
-		faults.on.Store(false)
-		r := &queue.Record{ReceivedAt: time.Now(), Tenant: "default", Source: "src", ContentType: "text/plain",
-			Body: []byte("refused"), Sinks: []queue.SinkRef{{Num: 0, ID: "out"}}}
-		if _, err := q.Submit(context.Background(), r); !errors.Is(err, queue.ErrStoreUnavailable) {
-			t.Errorf("submit over the failed store: %v, want store_unavailable", err)
-		}
-		testutil.Eventually(t, 10*time.Second, "the store reopened", func() bool {
-			return st.Generation() != gen && st.Failed() == nil
-		})
-	})
-	dp.Store(d)
 	block := make(chan struct{})
 	s.block = block
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Stop)
-	e := &env{st: st, q: q, d: d}
+	var once atomic.Bool
+	e, faults := faultyEnv(t, s, archiveOptions(clk, a), func(e *env, faults *walWriteFaults) {
+		st, q := e.st, e.q
+		dispatch.SetBeforeArchiveSync(e.d, func() {
+			if !once.CompareAndSwap(false, true) {
+				return
+			}
+			// Another writer's fsync meets the outcome's failed write here,
+			// and the queue's fence reopens the store, dropping the outcome.
+			gen := st.Generation()
+			if err := st.SyncWAL(); err == nil {
+				t.Error("sync over the failing WAL write succeeded")
+			}
+			faults.on.Store(false)
+			submitRefused(t, q)
+			testutil.Eventually(t, 10*time.Second, "the store reopened", func() bool {
+				return st.Generation() != gen && st.Failed() == nil
+			})
+		})
+	})
+	st, d := e.st, e.d
 
 	res := e.submit(t, "archived once", "")
 	testutil.Receive(t, s.entered, "the delivery never reached the sink")
@@ -236,4 +190,37 @@ func TestArchive_APassWhoseRowsAReopenDroppedWritesNoSegment(t *testing.T) {
 	if total != 1 {
 		t.Fatalf("the archive holds the hook %d times, want once", total)
 	}
+}
+
+// faultyEnv is setupBefore over a store whose WAL writes fail while the
+// returned injector is on, with a queue that reopens it 10 ms after a
+// fence; before (if set) gets the env, its dispatcher not yet started.
+func faultyEnv(t *testing.T, s sink.Sink, o dispatch.Options, before func(*env, *walWriteFaults)) (*env, *walWriteFaults) {
+	t.Helper()
+	faults := &walWriteFaults{}
+	st := testutil.OpenStore(t, testutil.TempStoreDir(t), errorfs.Wrap(vfs.Default, faults))
+	var dp atomic.Pointer[dispatch.Dispatcher]
+	q := testutil.StartQueue(t, st, queue.Options{
+		FenceRetry: 10 * time.Millisecond,
+		OnDurable: func() {
+			if d := dp.Load(); d != nil {
+				d.Wake()
+			}
+		},
+	})
+	o.Targets = map[uint16]dispatch.Target{0: {ID: "out", Sink: s}}
+	o.Durable, o.OnReclaim, o.OnStoreFailure = q.Durable, q.Reclaimed, q.ReportStoreFailure
+	o.Logger, o.Poll = testutil.Logger(t), 10*time.Millisecond
+	o.Retry = dispatch.RetryPolicy{Base: time.Millisecond, Max: 5 * time.Millisecond, MaxAttempts: 5}
+	d := dispatch.New(st, o)
+	e := &env{st: st, q: q, d: d}
+	if before != nil {
+		before(e, faults)
+	}
+	dp.Store(d)
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Stop)
+	return e, faults
 }
