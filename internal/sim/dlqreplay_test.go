@@ -27,11 +27,60 @@ import (
 // after the event, so that no draw of the other classes moved
 // (EXCLUDE=dlq is the simulator as it was before it).
 
-// dlqJob is one replay job the operator was answered for.
+// dlqJob is one replay job the operator was answered for: of kind dlq, or
+// of kind archive (the archive class below).
 type dlqJob struct {
 	id      string
+	kind    string
 	untilMs int64
 	excused bool // answered before a host loss
+}
+
+// The archive class: in a schedule whose history goes through an archive,
+// an operator starts replay jobs of kind archive over the last minute
+// (dispatch.stepArchive writes the archived hooks back under their seq and
+// id, and they are delivered again), with a chance of weight/16 at each
+// event instant, from a stream of its own (seed, 0xa3c; EXCLUDE=archivejob
+// leaves it out). D holds for them too: after the drain an answered job is
+// done (not failed, not running: nothing in the schedule tampers with the
+// archive, and a segment written again or read mid-rewrite must not stop
+// it). R checks that a hook written back keeps its seq.
+type archiveReplayer struct {
+	weight int
+	rng    *rand.Rand
+}
+
+func newArchiveReplayer(seed uint64, history string, off bool) archiveReplayer {
+	r := rand.New(rand.NewPCG(seed, 0xa3c))
+	weight := r.IntN(4)
+	if off || history != "archive" {
+		weight = 0
+	}
+	return archiveReplayer{weight: weight, rng: r}
+}
+
+// maybeReplayArchive is the archive class's draw at one event instant.
+func (w *world) maybeReplayArchive() {
+	if w.archJobs.weight == 0 || w.archJobs.rng.IntN(16) >= w.archJobs.weight {
+		return
+	}
+	n := w.current()
+	if n == nil || n.q.Stats().Fenced {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	now := time.Now()
+	j, err := n.d.CreateJob(ctx, dispatch.JobSpec{Kind: "archive", Rate: 200, Since: now.Add(-time.Minute), Until: now})
+	cancel()
+	if err != nil || n.dead.Load() {
+		w.tracef("archive replay job: not answered (%v)", err)
+		return
+	}
+	w.mu.Lock()
+	w.dlqJobs = append(w.dlqJobs, &dlqJob{id: j.ID, kind: "archive", untilMs: j.UntilMs})
+	w.injected.archiveJobs++
+	w.tracefLocked("archive replay job answered")
+	w.mu.Unlock()
 }
 
 // dlqReplayer is the class's state; only the main goroutine draws from rng.
@@ -66,7 +115,7 @@ func (w *world) maybeReplayDLQ() {
 		return
 	}
 	w.mu.Lock()
-	w.dlqJobs = append(w.dlqJobs, &dlqJob{id: j.ID, untilMs: j.UntilMs})
+	w.dlqJobs = append(w.dlqJobs, &dlqJob{id: j.ID, kind: "dlq", untilMs: j.UntilMs})
 	w.injected.dlqJobs++
 	w.tracefLocked("dlq replay job answered")
 	w.mu.Unlock()
@@ -107,7 +156,9 @@ func (w *world) unfinishedJobs(n *node) (count int, why map[string]int) {
 			continue
 		case got.State != dispatch.JobDone:
 			count++
-			why["job "+got.State]++
+			why[j.kind+" job "+got.State+" "+got.Error]++
+			continue
+		case j.kind == "archive":
 			continue
 		}
 		left := 0

@@ -107,7 +107,7 @@ func (w *world) run() {
 		w.violate("5", "log dir: %v", err)
 		return
 	}
-	w.tracef("schedule seed=%d dual=%v backups=%v release=%d memtable=%d history=%q resend=%d dlq=%d", w.seed, w.cfg.dual, w.cfg.backups, w.cfg.release, w.cfg.memtable, w.cfg.history, w.resend.weight, w.dlq.weight)
+	w.tracef("schedule seed=%d dual=%v backups=%v release=%d memtable=%d history=%q resend=%d dlq=%d archivejob=%d", w.seed, w.cfg.dual, w.cfg.backups, w.cfg.release, w.cfg.memtable, w.cfg.history, w.resend.weight, w.dlq.weight, w.archJobs.weight)
 	w.mustBoot()
 	if w.cfg.release > 0 {
 		go w.rel.run()
@@ -148,6 +148,7 @@ func (w *world) run() {
 		w.event(kind)
 		w.maybeResend()
 		w.maybeReplayDLQ()
+		w.maybeReplayArchive()
 	}
 	synctest.Wait()
 	w.superviseExit()
@@ -405,8 +406,8 @@ func (s *summary) line() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.faults
-	return fmt.Sprintf("schedules=%d seeds=%d..%d faults={fsync:%d, write:%d (log opens:%d), publish:%d, crash:%d, hostloss:%d; in recycled logs:%d} history={swept:%d, archived:%d, resent:%d} dlq_jobs=%d violations=%d",
-		s.schedules, s.first, s.last, f.fsync, f.write, f.open, f.publish, f.crash, f.hostloss, f.recycled, f.swept, f.archived, f.resent, f.dlqJobs, s.violations)
+	return fmt.Sprintf("schedules=%d seeds=%d..%d faults={fsync:%d, write:%d (log opens:%d), publish:%d, crash:%d, hostloss:%d; in recycled logs:%d} history={swept:%d, archived:%d, resent:%d} dlq_jobs=%d archive_jobs=%d violations=%d",
+		s.schedules, s.first, s.last, f.fsync, f.write, f.open, f.publish, f.crash, f.hostloss, f.recycled, f.swept, f.archived, f.resent, f.dlqJobs, f.archiveJobs, s.violations)
 }
 
 func (s *summary) byInvariant() string {

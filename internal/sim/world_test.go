@@ -89,6 +89,8 @@ type counts struct {
 	resent int
 	// dlqJobs counts the dlq replay jobs it was answered for (dlqreplay_test.go).
 	dlqJobs int
+	// archiveJobs counts the archive replay jobs it was answered for.
+	archiveJobs int
 }
 
 func (c *counts) add(o counts) {
@@ -103,6 +105,7 @@ func (c *counts) add(o counts) {
 	c.archived += o.archived
 	c.resent += o.resent
 	c.dlqJobs += o.dlqJobs
+	c.archiveJobs += o.archiveJobs
 }
 
 // schedCfg is what a seed chose for a schedule: the mode and the weights
@@ -202,8 +205,10 @@ type world struct {
 	resent  map[string]map[string]bool
 	// The dlq class (dlqreplay_test.go): its draws and the jobs answered.
 	dlq     dlqReplayer
-	dlqJobs []*dlqJob
-	clients sync.WaitGroup
+	dlqJobs []*dlqJob // the archive class's jobs too
+	// The archive class (dlqreplay_test.go): its draws.
+	archJobs archiveReplayer
+	clients  sync.WaitGroup
 }
 
 type violation struct {
@@ -251,6 +256,7 @@ func newWorld(seed uint64, tmp string, exclude map[string]bool) *world {
 	w.resend = newResender(seed, w.cfg.history, exclude["resend"])
 	w.resends, w.resent = map[string]*resendInfo{}, map[string]map[string]bool{}
 	w.dlq = newDLQReplayer(seed, exclude["dlq"])
+	w.archJobs = newArchiveReplayer(seed, w.cfg.history, exclude["archivejob"])
 	w.rel = newReleaser(w, rr.Uint64(), w.cfg.release)
 	return w
 }
