@@ -217,6 +217,12 @@ func formatArchiveCursor(key string, idx int, sha string) []byte {
 	return []byte(c)
 }
 
+// receivedRange is an archive job's received_at bounds in nanoseconds, both
+// inclusive: its millisecond bounds, the last millisecond whole.
+func receivedRange(sinceMs, untilMs int64) (sinceNs, untilNs int64) {
+	return sinceMs * int64(time.Millisecond), (untilMs+1)*int64(time.Millisecond) - 1
+}
+
 // archivePos is where an archive job's next step reads: the catalogue
 // entry (nil: the job is done), and the cursor's key, index and sha256 as
 // that step counts them.
@@ -236,7 +242,7 @@ func nextSegment(cat archive.Catalogue, cursor []byte, seg *archive.Segment, seg
 	if sha == "" && seg != nil && seg.Key == key {
 		sha = segSHA // a cursor written before the sha256 was kept
 	}
-	sinceNs, untilNs := sinceMs*int64(time.Millisecond), (untilMs+1)*int64(time.Millisecond)-1
+	sinceNs, untilNs := receivedRange(sinceMs, untilMs)
 	p := archivePos{key: key, idx: idx, sha: sha}
 	for i := range cat.Segments {
 		e := &cat.Segments[i]
@@ -341,7 +347,7 @@ func (d *Dispatcher) stepArchive(j *job, n int, now time.Time) {
 	}
 	p := nextSegment(r.cat, j.Cursor, j.seg, j.segSHA, j.SinceMs, j.UntilMs)
 	entry, key, idx, sha := p.entry, p.key, p.idx, p.sha
-	sinceNs, untilNs := j.SinceMs*int64(time.Millisecond), (j.UntilMs+1)*int64(time.Millisecond)-1
+	sinceNs, untilNs := receivedRange(j.SinceMs, j.UntilMs)
 	if entry == nil {
 		upd.State = JobDone
 		upd.Cursor = formatArchiveCursor(key, idx, sha)

@@ -49,6 +49,17 @@ func archiveOptions(clk *clock, a dispatch.Archiver) dispatch.Options {
 		Archive: a, Route: routeOut}
 }
 
+// sweptPast moves the clock past an hour's retention and waits until the
+// sweep has taken every hook row (archived and removed, with an archive).
+func sweptPast(t *testing.T, e *env, clk *clock) {
+	t.Helper()
+	clk.advance(61 * time.Minute)
+	testutil.Eventually(t, 10*time.Second, "every hook swept", func() bool {
+		n, _ := e.st.Count([]byte{store.PrefixHook})
+		return n == 0
+	})
+}
+
 func catalogue(t *testing.T, dir string) archive.Catalogue {
 	t.Helper()
 	a, _ := fileArchive(t, dir) // a fresh reader: what is on the disk
@@ -86,11 +97,7 @@ func TestArchive_SweepThenReplay(t *testing.T) {
 	first := s.next(t)
 	wantState(t, e.d, 1, "delivered")
 
-	clk.advance(61 * time.Minute)
-	testutil.Eventually(t, 10*time.Second, "hook archived and removed", func() bool {
-		n, _ := e.st.Count([]byte{store.PrefixHook})
-		return n == 0
-	})
+	sweptPast(t, e, clk)
 	for fam, n := range rows(t, e.st) {
 		if n != 0 {
 			t.Errorf("family %q: %d rows left after the archive sweep", fam, n)
@@ -150,11 +157,7 @@ func TestArchive_TamperedSegmentRefused(t *testing.T) {
 	e.submit(t, "original body", "")
 	s.next(t)
 	wantState(t, e.d, 1, "delivered")
-	clk.advance(61 * time.Minute)
-	testutil.Eventually(t, 10*time.Second, "hook archived", func() bool {
-		n, _ := e.st.Count([]byte{store.PrefixHook})
-		return n == 0
-	})
+	sweptPast(t, e, clk)
 	key := catalogue(t, dir).Segments[0].Key
 	r, err := bs.Get(context.Background(), key)
 	if err != nil {
@@ -484,11 +487,7 @@ func TestArchive_AJobsSlowReadDoesNotHoldDelivery(t *testing.T) {
 	e.submit(t, "old", "")
 	s.next(t)
 	wantState(t, e.d, 1, "delivered")
-	clk.advance(61 * time.Minute)
-	testutil.Eventually(t, 10*time.Second, "archived and removed", func() bool {
-		n, _ := e.st.Count([]byte{store.PrefixHook})
-		return n == 0
-	})
+	sweptPast(t, e, clk)
 	h.hold.Store(true)
 	j, err := e.d.CreateJob(context.Background(), dispatch.JobSpec{Kind: "archive",
 		Since: time.Now().Add(-2 * time.Hour), Until: time.Now().Add(time.Hour)})
