@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/ankusa/ankusa/internal/dispatch"
@@ -45,23 +44,10 @@ type dlqJob struct {
 // done (not failed, not running: nothing in the schedule tampers with the
 // archive, and a segment written again or read mid-rewrite must not stop
 // it). R checks that a hook written back keeps its seq.
-type archiveReplayer struct {
-	weight int
-	rng    *rand.Rand
-}
-
-func newArchiveReplayer(seed uint64, history string, off bool) archiveReplayer {
-	r := rand.New(rand.NewPCG(seed, 0xa3c))
-	weight := r.IntN(4)
-	if off || history != "archive" {
-		weight = 0
-	}
-	return archiveReplayer{weight: weight, rng: r}
-}
 
 // maybeReplayArchive is the archive class's draw at one event instant.
 func (w *world) maybeReplayArchive() {
-	if w.archJobs.weight == 0 || w.archJobs.rng.IntN(16) >= w.archJobs.weight {
+	if !w.archJobs.fires(16) {
 		return
 	}
 	n := w.current()
@@ -83,24 +69,9 @@ func (w *world) maybeReplayArchive() {
 	w.mu.Unlock()
 }
 
-// dlqReplayer is the class's state; only the main goroutine draws from rng.
-type dlqReplayer struct {
-	weight int // 0–3: the chance of a job at each event instant, weight/16
-	rng    *rand.Rand
-}
-
-func newDLQReplayer(seed uint64, off bool) dlqReplayer {
-	r := rand.New(rand.NewPCG(seed, 0xd1a))
-	weight := r.IntN(4)
-	if off {
-		weight = 0
-	}
-	return dlqReplayer{weight: weight, rng: r}
-}
-
 // maybeReplayDLQ is the class's draw at one event instant.
 func (w *world) maybeReplayDLQ() {
-	if w.dlq.weight == 0 || w.dlq.rng.IntN(16) >= w.dlq.weight {
+	if !w.dlq.fires(16) {
 		return
 	}
 	n := w.current()

@@ -36,19 +36,31 @@ type resendInfo struct {
 	excused bool     // answered before a host loss
 }
 
-// resender is the class's state; only the main goroutine draws from rng.
-type resender struct {
-	weight int // 0–3: the chance of a resend at each event instant, weight/8
+// operatorClass is the draws of one operator class (resend here, dlq and
+// archivejob in dlqreplay_test.go): a weight 0–3 from a PCG stream of the
+// class's own, so that adding the class moved no other draw; 0 when the
+// class is left out or the schedule cannot serve it. Only the main
+// goroutine draws from rng.
+type operatorClass struct {
+	weight int
 	rng    *rand.Rand
 }
 
-func newResender(seed uint64, history string, off bool) resender {
-	r := rand.New(rand.NewPCG(seed, 0x7e5e))
+// newOperatorClass draws the class's weight from stream (always, so that
+// the stream is the same whether or not the class is on).
+func newOperatorClass(seed, stream uint64, on bool) operatorClass {
+	r := rand.New(rand.NewPCG(seed, stream))
 	weight := r.IntN(4)
-	if off || history == "" {
+	if !on {
 		weight = 0
 	}
-	return resender{weight: weight, rng: r}
+	return operatorClass{weight: weight, rng: r}
+}
+
+// fires draws whether the class acts at this event instant: a chance of
+// weight/per (no draw at weight 0).
+func (c operatorClass) fires(per int) bool {
+	return c.weight > 0 && c.rng.IntN(per) < c.weight
 }
 
 // maybeResend is the class's draw at one event instant: with a chance of
@@ -56,7 +68,7 @@ func newResender(seed uint64, history string, off bool) resender {
 // resent to all of them. Acked requests are taken in request order (ids
 // are not deterministic, requests are), one of them by the class's rng.
 func (w *world) maybeResend() {
-	if w.resend.weight == 0 || w.resend.rng.IntN(8) >= w.resend.weight {
+	if !w.resend.fires(8) {
 		return
 	}
 	pick := w.resend.rng.Uint64()

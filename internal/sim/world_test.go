@@ -200,14 +200,14 @@ type world struct {
 	reqs      int
 	// The resend class (resend_test.go): its draws, the resends answered
 	// (by resend id) and the sinks sent each one.
-	resend  resender
+	resend  operatorClass
 	resends map[string]*resendInfo
 	resent  map[string]map[string]bool
 	// The dlq class (dlqreplay_test.go): its draws and the jobs answered.
-	dlq     dlqReplayer
+	dlq     operatorClass
 	dlqJobs []*dlqJob // the archive class's jobs too
 	// The archive class (dlqreplay_test.go): its draws.
-	archJobs archiveReplayer
+	archJobs operatorClass
 	clients  sync.WaitGroup
 }
 
@@ -253,10 +253,10 @@ func newWorld(seed uint64, tmp string, exclude map[string]bool) *world {
 	if !exclude["history"] {
 		w.cfg.history = []string{"", "retain", "archive"}[rand.New(rand.NewPCG(seed, 0x415)).IntN(3)]
 	}
-	w.resend = newResender(seed, w.cfg.history, exclude["resend"])
+	w.resend = newOperatorClass(seed, 0x7e5e, !exclude["resend"] && w.cfg.history != "") // a resend takes a stored delivered hook
 	w.resends, w.resent = map[string]*resendInfo{}, map[string]map[string]bool{}
-	w.dlq = newDLQReplayer(seed, exclude["dlq"])
-	w.archJobs = newArchiveReplayer(seed, w.cfg.history, exclude["archivejob"])
+	w.dlq = newOperatorClass(seed, 0xd1a, !exclude["dlq"])
+	w.archJobs = newOperatorClass(seed, 0xa3c, !exclude["archivejob"] && w.cfg.history == "archive")
 	w.rel = newReleaser(w, rr.Uint64(), w.cfg.release)
 	return w
 }
